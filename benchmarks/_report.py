@@ -1,0 +1,69 @@
+"""Shared plumbing for benchmarks: machine/version facts and writing a section of RESULTS.md.
+
+Each benchmark owns one section of ``benchmarks/RESULTS.md`` (between ``<!-- begin:NAME -->`` and
+``<!-- end:NAME -->`` markers) and one JSON file ``benchmarks/results/NAME.json``; rerunning it replaces both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS_MD = HERE / "RESULTS.md"
+RESULTS_DIR = HERE / "results"
+
+
+def machine() -> dict[str, str]:
+    """The facts a reader needs to compare numbers: CPU, cores, memory, Python, key package versions."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    versions = {}
+    for dist in ("r3l", "gymnasium", "numpy", "textworld", "alfworld", "scienceworld", "bm25s", "math-verify"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE)
+        versions["git"] = commit.stdout.strip() or "unknown"
+    except OSError:
+        versions["git"] = "unknown"
+    return {
+        "cpu": cpu,
+        "cores": str(os.cpu_count()),
+        "memory": f"{mem_gib:.0f} GiB",
+        "python": platform.python_version(),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "versions": ", ".join(f"{k} {v}" for k, v in versions.items()),
+    }
+
+
+def machine_line(facts: dict[str, str] | None = None) -> str:
+    facts = facts or machine()
+    return (
+        f"Machine: {facts['cpu']}, {facts['cores']} cores, {facts['memory']}; Python {facts['python']}; "
+        f"{facts['versions']}; {facts['date']}."
+    )
+
+
+def write_section(name: str, markdown: str, data: dict) -> None:
+    """Replace (or append) section ``name`` of RESULTS.md and write ``results/NAME.json``."""
+    RESULTS_DIR.mkdir(exist_ok=True)
+    (RESULTS_DIR / f"{name}.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+    block = f"<!-- begin:{name} -->\n{markdown.strip()}\n<!-- end:{name} -->"
+    text = RESULTS_MD.read_text() if RESULTS_MD.exists() else "# Benchmark results\n"
+    pattern = re.compile(rf"<!-- begin:{re.escape(name)} -->.*?<!-- end:{re.escape(name)} -->", re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    RESULTS_MD.write_text(text)

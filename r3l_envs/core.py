@@ -1,0 +1,300 @@
+"""The text-env contract: one multi-turn API for every r3l environment.
+
+A :class:`TextEnv` is a ``gymnasium.Env[str, str]``. Subclasses implement the game (``_start``, ``_act``,
+and for native restore ``_save_state``/``_load_state``); this base class owns what every env must do the
+same way: task selection from a split, the ``info`` keys, bad-action hygiene, step counting, and the
+episode record that checkpoint/restore and verified replay rely on (see :mod:`r3l_envs.checkpoint`).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import string
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.error import ResetNeeded
+
+from r3l_envs.errors import EnvClosedError, ReplayDivergenceError, UnknownTaskError
+
+__all__ = ["INFO_KEYS", "MAX_TEXT", "TextEnv", "TextSpace", "observation_digest"]
+
+#: Keys every ``info`` dict has (DESIGN.md, "The public contract").
+INFO_KEYS = ("task_id", "task", "admissible_actions", "won", "score", "step")
+
+#: Longest observation or action the spaces admit, in characters.
+MAX_TEXT = 1 << 20
+
+RestoreKind = Literal["native", "replay"]
+
+
+class TextSpace(spaces.Text):
+    """Any Python ``str`` of at most ``max_length`` characters.
+
+    ``gymnasium.spaces.Text`` only admits characters of an explicit charset, and the charset that would admit
+    every observation (all of Unicode) costs ~100 MB as a frozenset. So membership accepts every string, and
+    ``sample()`` draws short printable-ASCII strings (the charset below), which is what a checker needs.
+    """
+
+    def __init__(self, max_length: int = MAX_TEXT, *, min_length: int = 0, seed: int | None = None):
+        super().__init__(max_length, min_length=min_length, charset=string.printable, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+    def sample(self, mask: Any = None, probability: Any = None) -> str:
+        if mask is None and probability is None:  # a megabyte of noise helps nobody: keep samples short
+            length = int(self.np_random.integers(self.min_length, min(self.max_length, 64) + 1))
+            return super().sample(mask=(length, None))
+        return super().sample(mask=mask, probability=probability)
+
+    def __repr__(self) -> str:
+        return f"TextSpace({self.min_length}, {self.max_length})"
+
+
+def observation_digest(observation: str, reward: float = 0.0, terminated: bool = False) -> str:
+    """Short digest of one step's outcome, used by verified replay to detect divergence."""
+    text = f"{observation}\x00{reward!r}\x00{bool(terminated)}"
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+@dataclass
+class _Episode:
+    """What the base class remembers about the running episode (all of it goes into checkpoints)."""
+
+    task_id: str
+    task: str
+    observation: str
+    info: dict[str, Any]
+    rng_at_start: dict[str, Any] | None = None  # the env RNG as _start saw it: replay needs it
+    step: int = 0
+    done: bool = False
+    actions: list[str] = field(default_factory=list)
+    digests: list[str] = field(default_factory=list)
+
+
+class TextEnv(gym.Env[str, str]):
+    """Base class of every r3l environment.
+
+    Subclasses set ``restore_kind`` and implement:
+
+    * ``task_ids`` — the stable task ids of the selected split (a ``Sequence[str]``, may be lazy);
+    * ``_start(task_id) -> (observation, goal_text, info)`` — begin an episode on that task;
+    * ``_act(action) -> (observation, reward, terminated, info)`` — play one (already sanitised) action;
+    * ``_save_state() / _load_state(state)`` — only for ``restore_kind = "native"``: a picklable snapshot of
+      everything ``_act`` depends on, and its exact reinstatement;
+    * optionally ``canonical_observation(obs)`` when the engine's text is not byte-stable.
+
+    The ``info`` dicts a subclass returns must contain ``admissible_actions``, ``won`` and ``score``; the base
+    class adds ``task_id``, ``task`` and ``step``.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"]}
+    restore_kind: ClassVar[RestoreKind] = "native"
+
+    def __init__(self, *, split: str = "train", render_mode: str | None = None):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
+        self.split = split
+        self.render_mode = render_mode
+        self.observation_space = TextSpace()
+        self.action_space = TextSpace()
+        self._episode: _Episode | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ subclass hooks
+    @property
+    def task_ids(self) -> Sequence[str]:
+        """Stable ids of the tasks in this env's split."""
+        raise NotImplementedError
+
+    def _start(self, task_id: str) -> tuple[str, str, dict[str, Any]]:
+        raise NotImplementedError
+
+    def _act(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        raise NotImplementedError
+
+    def _save_state(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} declares native restore but has no _save_state")
+
+    def _load_state(self, state: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} declares native restore but has no _load_state")
+
+    def canonical_observation(self, observation: str) -> str:
+        """The form of an observation that identical states share (identity unless the engine is unstable)."""
+        return observation
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode on ``options["task_id"]``, or on a task drawn from the split with the env's RNG."""
+        super().reset(seed=seed)
+        self._check_open()
+        task_id = (options or {}).get("task_id")
+        if task_id is None:
+            ids = self.task_ids
+            if len(ids) == 0:
+                raise UnknownTaskError(f"split {self.split!r} of {type(self).__name__} has no tasks")
+            task_id = ids[int(self.np_random.integers(len(ids)))]
+        else:
+            self.validate_task_id(task_id)
+        rng_at_start = self.np_random.bit_generator.state
+        observation, task, info = self._start(task_id)
+        self._episode = _Episode(task_id=task_id, task=task, observation=observation, info={}, rng_at_start=rng_at_start)
+        self._episode.info = self._full_info(info)
+        self._episode.digests.append(observation_digest(self.canonical_observation(observation)))
+        self._render_human()
+        return observation, copy.deepcopy(self._episode.info)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Play one action. Any string is a legal call: bad actions are ordinary steps that explain themselves."""
+        self._check_open()
+        episode = self._episode
+        if episode is None:
+            raise ResetNeeded("Call reset() before step().")
+        action = sanitize_action(action)
+        if episode.done:
+            # Gymnasium leaves this undefined; we answer without touching the game, so state stays intact.
+            info = copy.deepcopy(episode.info)
+            return "The episode has ended. Call reset() to start a new one.", 0.0, True, False, info
+        observation, reward, terminated, info = self._act(action)
+        episode.step += 1
+        episode.actions.append(action)
+        episode.digests.append(observation_digest(self.canonical_observation(observation), reward, terminated))
+        episode.observation = observation
+        episode.info = self._full_info(info)
+        episode.done = bool(terminated)
+        self._render_human()
+        return observation, float(reward), bool(terminated), False, copy.deepcopy(episode.info)
+
+    def render(self) -> str | None:
+        """``ansi`` returns the last observation; ``human`` writes it to stdout after every step."""
+        if self.render_mode == "ansi":
+            return self._episode.observation if self._episode else ""
+        return None
+
+    def close(self) -> None:
+        self._closed = True
+        super().close()
+
+    # ------------------------------------------------------------------ helpers for users and subclasses
+    def validate_task_id(self, task_id: Any) -> None:
+        """Raise :class:`UnknownTaskError` (with close matches) unless ``task_id`` is in this split."""
+        if isinstance(task_id, str) and task_id in self.task_ids:
+            return
+        hint = ""
+        if isinstance(task_id, str) and len(self.task_ids) <= 100_000:
+            import difflib
+
+            close = difflib.get_close_matches(task_id, list(self.task_ids), n=3)
+            hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise UnknownTaskError(
+            f"task_id {task_id!r} is not in split {self.split!r} of {type(self).__name__} "
+            f"({len(self.task_ids)} tasks; see env.unwrapped.task_ids).{hint}"
+        )
+
+    @property
+    def episode_actions(self) -> tuple[str, ...]:
+        """The actions played since the last reset, as the env received them (after sanitising)."""
+        return tuple(self._episode.actions) if self._episode else ()
+
+    def _full_info(self, info: dict[str, Any]) -> dict[str, Any]:
+        missing = {"admissible_actions", "won", "score"} - info.keys()
+        if missing:
+            raise TypeError(f"{type(self).__name__} returned an info without {sorted(missing)}")
+        assert self._episode is not None
+        return {
+            "task_id": self._episode.task_id,
+            "task": self._episode.task,
+            "step": self._episode.step,
+            **info,
+        }
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EnvClosedError(f"{type(self).__name__} is closed; make a new env with gym.make().")
+
+    def _render_human(self) -> None:
+        if self.render_mode == "human" and self._episode is not None:
+            sys.stdout.write(self._episode.observation + "\n")
+
+    # ------------------------------------------------------------------ checkpoint support
+    def _checkpoint_state(self) -> dict[str, Any]:
+        """Everything needed to put this env back where it is now (used by ``r3l_envs.checkpoint``)."""
+        if self._episode is None:
+            raise ResetNeeded("Call reset() before taking a checkpoint: there is no episode to save.")
+        rng = self._np_random
+        return {
+            "episode": copy.deepcopy(self._episode),
+            "native": self._save_state() if self.restore_kind == "native" else None,
+            "rng": None if rng is None else rng.bit_generator.state,
+            "rng_seed": self._np_random_seed,
+        }
+
+    def _restore_state(self, state: dict[str, Any], *, via: RestoreKind, rollback: bool = True) -> None:
+        """Reinstate a ``_checkpoint_state()`` natively or by verified replay.
+
+        If replay diverges, the env is put back where it was (by one more restore); if even that fails, the
+        engine itself is not reproducible, the episode is dropped and the next step asks for a reset.
+        """
+        self._check_open()
+        episode: _Episode = state["episode"]
+        if via == "native":
+            self._load_state(state["native"])
+        else:
+            previous = self._checkpoint_state() if rollback and self._episode is not None else None
+            try:
+                self._replay(episode)
+            except ReplayDivergenceError:
+                if previous is None:
+                    self._episode = None
+                    raise
+                try:
+                    self._restore_state(previous, via=self.restore_kind, rollback=False)
+                except ReplayDivergenceError:
+                    self._episode = None
+                raise
+        self._episode = copy.deepcopy(episode)
+        if state["rng"] is not None:
+            self._set_rng(state["rng"])
+        self._np_random_seed = state["rng_seed"]
+
+    def _set_rng(self, bit_generator_state: dict[str, Any]) -> None:
+        rng = np.random.Generator(getattr(np.random, bit_generator_state["bit_generator"])())
+        rng.bit_generator.state = bit_generator_state
+        self._np_random = rng
+
+    def _replay(self, episode: _Episode) -> None:
+        if episode.rng_at_start is not None:  # envs that draw from np_random in _start/_act replay the same draws
+            self._set_rng(episode.rng_at_start)
+        observation, _, _ = self._start(episode.task_id)
+        self._verify(episode, 0, observation_digest(self.canonical_observation(observation)))
+        for i, action in enumerate(episode.actions, start=1):
+            observation, reward, terminated, _ = self._act(action)
+            self._verify(episode, i, observation_digest(self.canonical_observation(observation), reward, terminated))
+
+    def _verify(self, episode: _Episode, step: int, digest: str) -> None:
+        if episode.digests[step] != digest:
+            raise ReplayDivergenceError(
+                f"{type(self).__name__}: replaying task {episode.task_id!r} diverged at step {step} "
+                f"(digest {digest} != recorded {episode.digests[step]}). The engine is not deterministic for "
+                "this action sequence; restore natively, or fix canonical_observation() to hide the noise."
+            )
+
+
+def sanitize_action(action: Any) -> str:
+    """Make any str-like action safe to hand to an engine: bytes are decoded, lone surrogates replaced."""
+    if isinstance(action, (bytes, bytearray)):
+        return bytes(action).decode("utf-8", "replace")
+    if not isinstance(action, str):
+        raise TypeError(f"actions are str, got {type(action).__name__}: {action!r:.80}")
+    try:
+        action.encode("utf-8")
+    except UnicodeEncodeError:
+        action = action.encode("utf-8", "replace").decode("utf-8")
+    return action

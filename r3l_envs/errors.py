@@ -1,0 +1,73 @@
+"""The one error hierarchy of ``r3l_envs``.
+
+Every error raised for a violated contract derives from :class:`R3LEnvError`, so callers can catch the
+family without catching programming errors. Messages say what went wrong *and* how to fix it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointMismatchError",
+    "CheckpointVersionError",
+    "CorruptCheckpointError",
+    "DataNotFoundError",
+    "EnvCheckError",
+    "EnvClosedError",
+    "MalformedDataError",
+    "R3LEnvError",
+    "ReplayDivergenceError",
+    "UnknownTaskError",
+    "UnsupportedWrapperError",
+]
+
+
+class R3LEnvError(Exception):
+    """Base class of every error raised by ``r3l_envs``."""
+
+
+class UnknownTaskError(R3LEnvError, KeyError):
+    """A ``task_id`` that the env's split does not contain."""
+
+    def __str__(self) -> str:  # KeyError would print the message with quotes around it
+        return str(self.args[0]) if self.args else ""
+
+
+class DataNotFoundError(R3LEnvError, FileNotFoundError):
+    """An env needs data that is not on this machine; the message says what to download and where."""
+
+
+class MalformedDataError(R3LEnvError, ValueError):
+    """A data file exists but does not have the expected schema; the message names the file and the fix."""
+
+
+class EnvClosedError(R3LEnvError, RuntimeError):
+    """The env was used after ``close()``."""
+
+
+class CheckpointError(R3LEnvError):
+    """Base class of checkpoint/restore errors. A failed restore leaves the env as it was."""
+
+
+class CheckpointMismatchError(CheckpointError, ValueError):
+    """The checkpoint belongs to another env id, other kwargs, another wrapper stack or an unknown task."""
+
+
+class CheckpointVersionError(CheckpointError):
+    """The checkpoint was written by another library version or a newer checkpoint format."""
+
+
+class CorruptCheckpointError(CheckpointError, ValueError):
+    """The bytes are not a checkpoint, are truncated, or fail their digest."""
+
+
+class UnsupportedWrapperError(CheckpointError, TypeError):
+    """A wrapper in the stack holds state that ``r3l_envs`` does not know how to save."""
+
+
+class ReplayDivergenceError(CheckpointError, RuntimeError):
+    """Replaying the recorded actions produced a different observation than the one recorded."""
+
+
+class EnvCheckError(R3LEnvError, AssertionError):
+    """``r3l_envs.check_env`` found a contract violation; the message names the fix."""

@@ -1,0 +1,38 @@
+"""Every r3l environment id, registered with gymnasium when ``r3l_envs`` is imported.
+
+Entry points are strings, so an engine (Java, jericho, ...) is imported only when its env is made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+__all__ = ["NAMESPACE", "list_envs", "register_envs"]
+
+NAMESPACE = "r3l"
+
+# id -> (entry point, default kwargs, max_episode_steps). One line per env; nothing else to edit to add one.
+_ENVS: dict[str, tuple[str, dict[str, Any], int | None]] = {
+    "Countdown-v0": ("r3l_envs.math.envs:CountdownEnv", {}, None),
+    "GSMSymbolic-v0": ("r3l_envs.math.envs:GSMSymbolicEnv", {}, None),
+    "CHAMP-v0": ("r3l_envs.math.envs:ChampEnv", {}, None),
+    "GSM8K-v0": ("r3l_envs.math.envs:GSM8KEnv", {}, None),
+    "MATH500-v0": ("r3l_envs.math.envs:MATH500Env", {}, None),
+    "OlympiadBench-v0": ("r3l_envs.math.envs:OlympiadBenchEnv", {}, None),
+    "TextWorld-v0": ("r3l_envs.textworld:TextWorldEnv", {"game_type": "cooking", "difficulty": 1}, 100),
+}
+
+
+def register_envs() -> None:
+    """Register every id under the ``r3l/`` namespace (idempotent)."""
+    for name, (entry_point, kwargs, max_steps) in _ENVS.items():
+        env_id = f"{NAMESPACE}/{name}"
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs, max_episode_steps=max_steps)
+
+
+def list_envs() -> list[str]:
+    """The registered r3l ids, sorted, e.g. ``["r3l/CHAMP-v0", "r3l/Countdown-v0", ...]``."""
+    return sorted(env_id for env_id in gym.registry if env_id.startswith(f"{NAMESPACE}/"))
