@@ -157,7 +157,7 @@ def _check_transcript(transcript: dict[str, Any]) -> None:
         raise EnvCheckError(f"reset() must return a str observation, got {type(obs).__name__}")
     _check_info(info, "reset", 0)
     total = 0.0
-    for step, (obs, reward, terminated, truncated, info) in enumerate(transcript["steps"], start=1):
+    for step, (obs, reward, _, _, info) in enumerate(transcript["steps"], start=1):
         if not isinstance(obs, str):
             raise EnvCheckError(f"step {step} returned a {type(obs).__name__} observation; observations are str")
         if not isinstance(reward, float) or not math.isfinite(reward):

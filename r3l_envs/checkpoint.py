@@ -252,4 +252,3 @@ def restore(env: gym.Env, ckpt: Checkpoint, *, via: RestoreKind | None = None) -
     base._restore_state(state["env"], via=via)
     for wrapper, (_, set_state), wrapper_state in zip(chain, handlers, state["wrappers"]):
         set_state(wrapper, wrapper_state)
-

@@ -145,7 +145,9 @@ class TextEnv(gym.Env[str, str]):
             self.validate_task_id(task_id)
         rng_at_start = self.np_random.bit_generator.state
         observation, task, info = self._start(task_id)
-        self._episode = _Episode(task_id=task_id, task=task, observation=observation, info={}, rng_at_start=rng_at_start)
+        self._episode = _Episode(
+            task_id=task_id, task=task, observation=observation, info={}, rng_at_start=rng_at_start
+        )
         self._episode.info = self._full_info(info)
         self._episode.digests.append(observation_digest(self.canonical_observation(observation)))
         self._render_human()

@@ -18,7 +18,8 @@ class NumberedIds(Sequence[str]):
     def __init__(self, prefix: str, count: int, width: int = 6):
         if count < 0:
             raise ValueError(f"count must be >= 0, got {count}")
-        self.prefix, self.count, self.width = prefix, int(count), width
+        # Grow the width for counts beyond 10**width, so that ids stay distinct; smaller counts keep their ids.
+        self.prefix, self.count, self.width = prefix, int(count), max(width, len(str(max(count - 1, 0))))
         self._pattern = re.compile(re.escape(prefix) + r"(\d+)")
 
     def __len__(self) -> int:

@@ -80,7 +80,12 @@ def test_checkpoint_pickles_and_records_its_origin():
     env.step("right")
     ckpt = checkpoint(env)
     assert pickle.loads(pickle.dumps(ckpt)) == ckpt
-    assert (ckpt.env_id, ckpt.env_kwargs, ckpt.task_id, ckpt.step) == ("r3ltest/Corridor-v0", {"length": 7}, info["task_id"], 1)
+    assert (ckpt.env_id, ckpt.env_kwargs, ckpt.task_id, ckpt.step) == (
+        "r3ltest/Corridor-v0",
+        {"length": 7},
+        info["task_id"],
+        1,
+    )
     assert ckpt.library_version == r3l_envs.__version__ and len(ckpt.digest) == 64
 
 
