@@ -12,6 +12,7 @@ __all__ = [
     "CheckpointVersionError",
     "CorruptCheckpointError",
     "DataNotFoundError",
+    "EngineError",
     "EnvCheckError",
     "EnvClosedError",
     "MalformedDataError",
@@ -39,6 +40,13 @@ class DataNotFoundError(R3LEnvError, FileNotFoundError):
 
 class MalformedDataError(R3LEnvError, ValueError):
     """A data file exists but does not have the expected schema; the message names the file and the fix."""
+
+
+class EngineError(R3LEnvError, RuntimeError):
+    """An env's external engine (e.g. the ScienceWorld JVM) failed to start, died or stopped answering.
+
+    The env stays usable: ``reset()`` or ``r3l_envs.restore(env, ckpt)`` starts a new engine process.
+    """
 
 
 class EnvClosedError(R3LEnvError, RuntimeError):

@@ -16,9 +16,7 @@ import re
 __all__ = ["ANSWER_FORMATS", "extract_answer", "extract_boxed", "extract_expression", "strip_math_delimiters"]
 
 #: One line telling an agent which answer formats are understood (used in observations).
-ANSWER_FORMATS = (
-    "\\boxed{...}, <answer>...</answer>, a final line '#### ...', or a sentence 'The final answer is ...'"
-)
+ANSWER_FORMATS = "\\boxed{...}, <answer>...</answer>, a final line '#### ...', or a sentence 'The final answer is ...'"
 
 _BOX = re.compile(r"\\(?:boxed|fbox)[ \t]*\{")
 _BRACE = re.compile(r"[{}]")
@@ -73,7 +71,8 @@ def extract_answer(text: str) -> str | None:
 
 
 def extract_expression(text: str) -> str | None:
-    """An arithmetic expression answer (Countdown): the boxed/tagged answer, else the last non-empty line."""
+    """An arithmetic expression answer (Countdown): the boxed/tagged answer, else the last non-empty line
+    if it holds a digit."""
     answer = extract_answer(text) if isinstance(text, str) else None
     if answer is not None:
         return answer
@@ -81,7 +80,8 @@ def extract_expression(text: str) -> str | None:
         return None
     for line in reversed(text.splitlines()):
         if line.strip():
-            return _clean(line)
+            # prose is not an expression: a last line without a digit means no answer was given
+            return _clean(line) if any(char.isdigit() for char in line) else None
     return None
 
 

@@ -11,6 +11,7 @@ not come before the deadline gets the worker killed and reaped, the answer grade
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -152,10 +153,8 @@ class Grader:
         process.wait()  # reap it: no zombie
         for pipe in (process.stdin, process.stdout):
             if pipe is not None:
-                try:
+                with contextlib.suppress(OSError):  # a killed worker's broken pipe has nothing left to flush
                     pipe.close()
-                except OSError:  # a broken pipe to a killed worker has nothing left to flush
-                    pass
 
 
 def _package_root() -> str:

@@ -125,13 +125,16 @@ def catalogue_folder(source: str, *, num_products: int, seed: int, data_path: st
     if source == "webshop":
         files = realdata.find_data_files(data_path or "")
         stamp = json.dumps(
-            [realdata.LOADER_VERSION] + [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in files.values()]
+            [realdata.LOADER_VERSION]
+            + [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in files.values()]
         )
         return root / f"webshop-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}", _build_webshop(files)
     raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
 
 
-def open_catalogue(source: str = "generated", *, num_products: int = 10_000, seed: int = 0, data_path=None) -> Catalogue:
+def open_catalogue(
+    source: str = "generated", *, num_products: int = 10_000, seed: int = 0, data_path=None
+) -> Catalogue:
     """The shared :class:`Catalogue` of a source, built into the cache folder on first use."""
     folder, build = catalogue_folder(source, num_products=num_products, seed=seed, data_path=data_path)
     with _OPEN_LOCK:

@@ -19,7 +19,7 @@ import unicodedata
 __all__ = ["COLOR_SET", "indel_ratio", "normalize_color", "noun_tokens", "process", "token_set_ratio"]
 
 #: WebShop's colour vocabulary, in its order: the first one found in a value is the normalised colour.
-COLOR_SET = (
+_COLORS = (
     "alabaster apricot aqua ash asphalt azure banana beige black blue blush bordeaux bronze brown burgundy camel "
     "camo caramel champagne charcoal cheetah chestnut chocolate christmas coffee cognac copper coral cranberry "
     "cream crystal dark denim eggplant elephant espresso fuchsia gold granite grape graphite grass gray green grey "
@@ -27,7 +27,8 @@ COLOR_SET = (
     "mint mocha multicolor mushroom mustard natural navy nude olive orange peach pewter pink plum purple rainbow "
     "red rose royal rust sand sapphire seashell silver skull slate steel stone stonewash sunflower tan taupe teal "
     "tiger turquoise violet walnut wheat white wine yellow"
-).split()
+)
+COLOR_SET = tuple(_COLORS.split())
 
 _NON_WORD = re.compile(r"\W+", re.UNICODE)
 
@@ -69,7 +70,7 @@ def token_set_ratio(a: str, b: str) -> int:
     with_a = f"{shared} {only_a}".strip()
     with_b = f"{shared} {only_b}".strip()
     best = max(indel_ratio(shared, with_a), indel_ratio(shared, with_b), indel_ratio(with_a, with_b))
-    return int(round(best))
+    return round(best)
 
 
 def normalize_color(value: str) -> str:
@@ -82,8 +83,7 @@ def normalize_color(value: str) -> str:
 
 # Words that spaCy does not tag NOUN/PROPN in product names: function words, adjectives and descriptors that
 # product titles use, common verbs. Everything else alphabetic counts as a noun.
-_NOT_NOUNS = frozenset(
-    """
+_NOT_NOUN_WORDS = """
     a an the and or nor but if of for to in on at by with without from into onto over under up down out off as
     is are be was were been being am do does did has have had can could will would should may might must this
     that these those it its it's he she they we you your our their his her my me i him them us what which who
@@ -99,8 +99,8 @@ _NOT_NOUNS = frozenset(
     wide narrow tall round square flat thick thin deep hot cold smart digital electric manual automatic
     stainless solid sturdy foldable stackable removable washable reusable disposable
     get make use fit fits made includes including set keep holds hold perfect ideal suitable
-    """.split()
-)
+    """
+_NOT_NOUNS = frozenset(_NOT_NOUN_WORDS.split())
 
 _WORD = re.compile(r"[a-z][a-z'&]*")
 

@@ -77,7 +77,9 @@ def search_page(instruction: str) -> Page:
     return Page(SEP.join(["WebShop", *_instruction(instruction), "Search"]), has_search_bar=True)
 
 
-def results_page(instruction: str, products: Sequence[Mapping[str, Any]], indices: Sequence[int], page: int, total: int) -> Page:
+def results_page(
+    instruction: str, products: Sequence[Mapping[str, Any]], indices: Sequence[int], page: int, total: int
+) -> Page:
     """A page of search results; ``products`` are the records shown, ``indices`` their catalogue indices."""
     out = Page("")
     parts = [*_instruction(instruction), BACK_TO_SEARCH, f"Page {page} (Total results: {total})"]

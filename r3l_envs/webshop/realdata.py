@@ -112,7 +112,9 @@ def _clean(raw: dict[str, Any], attributes: dict[str, Any], path: Path) -> dict[
             "description": raw["full_description"] or "",
             "features": [b for b in (bullets if isinstance(bullets, list) else [bullets]) if isinstance(b, str)],
             "reviews": [],
-            "attributes": list(info["attributes"]) if isinstance(info, dict) and "attributes" in info else ["DUMMY_ATTR"],
+            "attributes": list(info["attributes"])
+            if isinstance(info, dict) and "attributes" in info
+            else ["DUMMY_ATTR"],
             "category": raw["category"],
             "query": raw["query"].lower().strip(),
             "product_category": raw["product_category"],
@@ -176,4 +178,3 @@ def load_goals(files: dict[str, Path], products: list[dict[str, Any]]) -> list[d
             )
     random.Random(233).shuffle(goals)
     return goals
-
