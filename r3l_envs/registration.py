@@ -22,8 +22,6 @@ _ENVS: dict[str, tuple[str, dict[str, Any], int | None]] = {
     "MATH500-v0": ("r3l_envs.math.envs:MATH500Env", {}, None),
     "OlympiadBench-v0": ("r3l_envs.math.envs:OlympiadBenchEnv", {}, None),
     "WebShop-v0": ("r3l_envs.webshop.env:WebShopEnv", {"source": "generated", "num_products": 10_000}, 15),
-    "TextWorld-v0": ("r3l_envs.textworld:TextWorldEnv", {"game_type": "cooking", "difficulty": 1}, 100),
-    "WebShop-v0": ("r3l_envs.webshop.env:WebShopEnv", {"source": "generated", "num_products": 10_000}, 15),
 }
 
 
