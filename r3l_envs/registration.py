@@ -21,6 +21,8 @@ _ENVS: dict[str, tuple[str, dict[str, Any], int | None]] = {
     "GSM8K-v0": ("r3l_envs.math.envs:GSM8KEnv", {}, None),
     "MATH500-v0": ("r3l_envs.math.envs:MATH500Env", {}, None),
     "OlympiadBench-v0": ("r3l_envs.math.envs:OlympiadBenchEnv", {}, None),
+    "ALFWorld-v0": ("r3l_envs.alfworld:ALFWorldEnv", {"split": "train"}, 50),
+    "TextWorld-v0": ("r3l_envs.textworld:TextWorldEnv", {"game_type": "cooking", "difficulty": 1}, 100),
     "WebShop-v0": ("r3l_envs.webshop.env:WebShopEnv", {"source": "generated", "num_products": 10_000}, 15),
 }
 

@@ -1,0 +1,162 @@
+"""``r3l/ALFWorld-v0``: ALFWorld's text households on the real engine (TextWorld PDDL env + fast-downward).
+
+Games are the official ones when ``data_path=`` or ``$ALFWORLD_DATA`` points at them, else games from the
+offline generator (``info["source"] == "generated"``). Checkpoints are native inside an episode (the
+planner's state id plus the PDDL env's facts); a checkpoint from another episode, env instance or process is
+restored by verified replay. Not thread-safe: use one env per thread (or per process).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from r3l_envs.alfworld import engine
+from r3l_envs.alfworld.games import generated_game, generated_ids, official_games, official_root
+from r3l_envs.core import TextEnv
+from r3l_envs.errors import UnknownTaskError
+
+__all__ = ["ALFWorldEnv"]
+
+_GOAL = re.compile(r"Your task is to: (.*?)\s*$", re.S)
+_serial = itertools.count()
+
+
+@dataclass
+class _Snapshot:
+    """Native state of an ALFWorld episode; valid only in the episode (``token``) that took it."""
+
+    token: tuple[str, int]
+    state_id: int
+    facts: dict[str, set]
+    moves: int
+    last_action: Any
+    won: bool
+
+
+class ALFWorldEnv(TextEnv):
+    """ALFWorld households (six task types), official or generated.
+
+    Args:
+        split: generated data: ``"train"``, ``"valid"``, ``"test"``; official data: ``"train"``,
+            ``"valid_seen"``, ``"valid_unseen"``.
+        data_path: the folder ``alfworld-download`` filled (default ``$ALFWORLD_DATA``); without either,
+            games come from the offline generator.
+        max_tasks: keep only the first ``max_tasks`` ids of the split (CI, small curricula).
+        render_mode: ``"ansi"``, ``"human"`` or ``None``.
+    """
+
+    restore_kind = "native"
+
+    def __init__(
+        self,
+        split: str = "train",
+        data_path: str | None = None,
+        max_tasks: int | None = None,
+        render_mode: str | None = None,
+    ):
+        super().__init__(split=split, render_mode=render_mode)
+        if max_tasks is not None and not (isinstance(max_tasks, int) and max_tasks >= 1):
+            raise ValueError(f"max_tasks must be a positive int or None, got {max_tasks!r}")
+        root = official_root(data_path)
+        self.source = "official" if root is not None else "generated"
+        self._official = official_games(root, split) if root is not None else None
+        ids: Sequence[str] = tuple(self._official) if self._official is not None else generated_ids(split)
+        self._ids = ids[:max_tasks] if max_tasks is not None else ids
+        self._generated = generated_ids(split) if self._official is None else None
+        self._engine: Any = None
+        self._path: Any = None
+        self._instance = uuid.uuid4().hex  # checkpoints from other instances restore by replay
+        self._token: tuple[str, int] = (self._instance, -1)
+        self._won = False
+
+    @property
+    def task_ids(self) -> Sequence[str]:
+        return self._ids
+
+    # ------------------------------------------------------------------ TextEnv hooks
+    def _start(self, task_id: str) -> tuple[str, str, dict[str, Any]]:
+        path = self._game_path(task_id)
+        if path != self._path or self._engine is None:
+            if self._engine is not None:
+                self._engine.close()
+            self._engine, self._path = engine.start(path), path
+        state = self._engine.reset()
+        self._token = (self._instance, next(_serial))
+        self._won = False
+        match = _GOAL.search(state.feedback)
+        return state.feedback, match.group(1) if match else "", self._info(state)
+
+    def _act(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        state, _, _ = self._engine.step(action)
+        reward = 1.0 if state["won"] and not self._won else 0.0
+        self._won = self._won or bool(state["won"])
+        return state.feedback, reward, bool(state["won"]), self._info(state)
+
+    def _save_state(self) -> _Snapshot:
+        pddl = engine.core(self._engine)
+        return _Snapshot(
+            token=self._token,
+            state_id=pddl.downward_lib.get_state_id(),
+            facts={k: set(v) for k, v in pddl._pddl_state._facts.items()},
+            moves=pddl._moves,
+            last_action=pddl._last_action,
+            won=self._won,
+        )
+
+    def _load_state(self, snap: _Snapshot) -> None:
+        pddl = engine.core(self._engine)
+        pddl.downward_lib.set_state_id(snap.state_id)
+        pddl._pddl_state._facts.clear()
+        pddl._pddl_state._facts.update({k: set(v) for k, v in snap.facts.items()})
+        pddl._moves, pddl._last_action = snap.moves, snap.last_action
+        pddl._gather_infos()  # regenerates the admissible commands the next step is matched against
+        self._won = snap.won
+
+    def _restore_state(self, state: dict[str, Any], *, via: Any) -> None:
+        # Planner state ids die at the next reset: only a checkpoint of the running episode restores natively.
+        if via == "native" and (state["native"] is None or state["native"].token != self._token):
+            via = "replay"
+        super()._restore_state(state, via=via)
+
+    # ------------------------------------------------------------------ privileged information
+    def expert_plan(self) -> list[str]:
+        """The planner's commands that win from the current state (privileged: for oracles and tests)."""
+        if self._episode is None:
+            raise RuntimeError("call reset() first: the expert plan belongs to the current episode")
+        helper = engine.start(self._path, policy_commands=True)
+        try:
+            state = helper.reset()
+            for action in self._episode.actions:
+                state, _, _ = helper.step(action)
+            return list(state["policy_commands"])
+        finally:
+            helper.close()
+
+    # ------------------------------------------------------------------ internals
+    def _game_path(self, task_id: str) -> Any:
+        if self._official is not None:
+            return self._official[task_id]
+        index = self._generated.index_of(task_id) if self._generated is not None else None
+        if index is None:
+            raise UnknownTaskError(f"{task_id!r} is not a task id of this ALFWorld split; see env.task_ids")
+        return generated_game(self.split, index)
+
+    def _info(self, state: Any) -> dict[str, Any]:
+        won = bool(state["won"])
+        return {
+            "admissible_actions": list(state["admissible_commands"]),
+            "won": won,
+            "score": 1.0 if won else 0.0,
+            "source": self.source,
+        }
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+        super().close()

@@ -1,0 +1,253 @@
+"""``r3l/TextWorld-v0``: generated TextWorld games played by the real engine (Inform 7 story files in jericho).
+
+Score, ``won`` and admissible actions come from TextWorld's own tracking (its ``StateTracking`` wrapper over
+the Inform 7 events of each turn). Checkpoints are native: jericho's machine state plus a copy of TextWorld's
+progress tracker, about a millisecond either way, restorable in a fresh env or another process.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from r3l_envs.core import TextEnv
+from r3l_envs.errors import MalformedDataError, UnknownTaskError
+from r3l_envs.splits import NumberedIds
+from r3l_envs.textworld.games import GameSpec, build_game
+
+__all__ = ["SPLIT_SIZES", "TextWorldEnv"]
+
+logger = logging.getLogger(__name__)
+
+#: Number of task ids per split (games are generated lazily, so large splits cost nothing until played).
+SPLIT_SIZES = {"train": 10_000, "valid": 500, "test": 500}
+
+# Interpreter meta-commands: they would save/restore files, undo turns behind TextWorld's tracker, or end the
+# interpreter. ``tw-*`` are TextWorld's debug hooks, which change what the game prints. None is a game move.
+_META_VERBS = frozenset(
+    [
+        "quit",
+        "q",
+        "restart",
+        "save",
+        "restore",
+        "undo",
+        "script",
+        "unscript",
+        "transcript",
+        "noscript",
+        "recording",
+        "replay",
+        "verify",
+    ]
+)
+_SEPARATORS = re.compile(r"[.;]|\bthen\b")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_PROMPT_TAIL = re.compile(r"\n>[^\n]*\Z")  # the input prompt and the status line jericho appends after it
+_MAX_COMMAND = 198  # jericho truncates longer input (with a warning) to fit the Z-machine buffer
+
+
+@dataclass
+class _Snapshot:
+    """Native state of a TextWorld episode (see :meth:`TextWorldEnv._save_state`)."""
+
+    task_id: str
+    frotz: tuple
+    # TextWorld's logic objects are interned per process, so they travel in their serialised form.
+    facts: list
+    valid_actions: list
+    moves: int
+    last_action: dict | None
+    tracked: dict[str, Any]
+    best: float
+    last: dict[str, Any]
+
+
+class TextWorldEnv(TextEnv):
+    """TextWorld games of one type and difficulty, generated offline from fixed per-split seeds.
+
+    Args:
+        game_type: ``"coin_collector"``, ``"treasure_hunter"``, ``"cooking"`` or ``"custom"``.
+        difficulty: the level (coin_collector 1-300, treasure_hunter 1-30, cooking 1-4, custom 1-10).
+        split: ``"train"``, ``"valid"`` or ``"test"`` (disjoint seeds; cooking also uses its own food splits).
+        max_tasks: keep only the first ``max_tasks`` ids of the split (small curricula, CI); ``None`` keeps all.
+        render_mode: ``"ansi"``, ``"human"`` or ``None``.
+
+    The walkthrough is privileged: it is never in observations or infos; call :meth:`walkthrough`.
+    """
+
+    restore_kind = "native"
+
+    def __init__(
+        self,
+        game_type: str = "cooking",
+        difficulty: int = 1,
+        split: str = "train",
+        max_tasks: int | None = None,
+        render_mode: str | None = None,
+    ):
+        super().__init__(split=split, render_mode=render_mode)
+        GameSpec(game_type, difficulty, split, 0)  # validates the arguments, with a message naming the fix
+        if max_tasks is not None and not (isinstance(max_tasks, int) and max_tasks >= 1):
+            raise ValueError(f"max_tasks must be a positive int or None, got {max_tasks!r}")
+        self.game_type, self.difficulty = game_type, difficulty
+        count = SPLIT_SIZES[split] if max_tasks is None else min(max_tasks, SPLIT_SIZES[split])
+        self._ids = NumberedIds(f"tw-{game_type}-d{difficulty}-{split}-", count, width=5)
+        self._tw: Any = None  # textworld.envs.wrappers.TWInform7 of the loaded game
+        self._task_loaded: str | None = None
+        self._game: Any = None
+        self._best = 0.0
+        self._last: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ TextEnv hooks
+    @property
+    def task_ids(self) -> Sequence[str]:
+        return self._ids
+
+    def _start(self, task_id: str) -> tuple[str, str, dict[str, Any]]:
+        self._load(task_id)
+        state = self._tw.reset()
+        self._best = 0.0
+        self._last = self._info(state)
+        return _clean(state.feedback), state["objective"], dict(self._last)
+
+    def _act(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        command, refusal = self._engine_command(action)
+        if refusal is not None:
+            return refusal, 0.0, False, dict(self._last)
+        state, _, done = self._tw.step(command)
+        info = self._info(state)
+        reward = max(0.0, info["score"] - self._best)  # scores never pay twice: the episode sum stays <= 1
+        self._best = max(self._best, info["score"])
+        self._last = info
+        return _clean(state.feedback), reward, bool(done), dict(info)
+
+    def _save_state(self) -> _Snapshot:
+        tracker, i7, jericho = self._layers()
+        progression = tracker._game_progression
+        return _Snapshot(
+            task_id=self._task_loaded,
+            frotz=jericho._jericho.get_state(),
+            facts=[fact.serialize() for fact in progression.state.facts],
+            valid_actions=[action.serialize() for action in progression._valid_actions],
+            moves=tracker._moves,
+            last_action=None if tracker._last_action is None else tracker._last_action.serialize(),
+            # Inform7Data carries these over from the previous turn when a turn does not print them.
+            tracked={k: i7.state.get(k) for k in i7._tracked_infos},
+            best=self._best,
+            last=copy.deepcopy(self._last),
+        )
+
+    def _load_state(self, snap: _Snapshot) -> None:
+        from textworld.core import GameState
+        from textworld.logic import Action, Proposition, State
+
+        if snap.task_id != self._task_loaded or self._tw is None:
+            self._load(snap.task_id)
+            self._tw.reset()  # sets up tracking; everything it sets is overwritten below
+        tracker, i7, jericho = self._layers()
+        jericho._jericho.set_state(snap.frotz)
+        progression = tracker._game_progression
+        progression.state = State(progression.state._logic, [Proposition.deserialize(f) for f in snap.facts])
+        progression._valid_actions = [Action.deserialize(a) for a in snap.valid_actions]
+        tracker._moves = snap.moves
+        tracker._last_action = None if snap.last_action is None else Action.deserialize(snap.last_action)
+        i7.state = GameState(snap.tracked)
+        self._best, self._last = snap.best, copy.deepcopy(snap.last)
+
+    # ------------------------------------------------------------------ privileged information
+    def walkthrough(self) -> list[str]:
+        """The commands that win the current task from its start (privileged: for oracles and tests)."""
+        if self._game is None:
+            raise RuntimeError("call reset() first: the walkthrough belongs to the current task")
+        walk = self._game.metadata.get("walkthrough") or self._game.main_quest.commands
+        return list(walk)
+
+    # ------------------------------------------------------------------ internals
+    def _load(self, task_id: str) -> None:
+        """Start the engine on ``task_id``'s game (building it into the cache first if needed)."""
+        if task_id == self._task_loaded and self._tw is not None:
+            return
+        index = self._ids.index_of(task_id)
+        if index is None:
+            raise UnknownTaskError(f"{task_id!r} is not a task id of this TextWorld split; see env.task_ids")
+        path = build_game(GameSpec(self.game_type, self.difficulty, self.split, index))
+        if self._tw is not None:
+            self._tw.close()
+            self._tw = None
+        self._tw, self._game = _start_engine(path)
+        self._task_loaded = task_id
+
+    def _layers(self) -> tuple[Any, Any, Any]:
+        """TextWorld's StateTracking, Inform7Data and JerichoEnv layers of the running game."""
+        from textworld.envs.wrappers.tw_inform7 import Inform7Data, StateTracking
+        from textworld.envs.zmachine.jericho import JerichoEnv
+
+        found: dict[type, Any] = {}
+        layer = self._tw
+        while layer is not None:
+            found[type(layer)] = layer
+            layer = getattr(layer, "_wrapped_env", None)
+        return found[StateTracking], found[Inform7Data], found[JerichoEnv]
+
+    def _info(self, state: Any) -> dict[str, Any]:
+        max_score = state["max_score"] or 1
+        return {
+            "admissible_actions": list(state["admissible_commands"]),
+            "won": bool(state["won"]),
+            "lost": bool(state["lost"]),
+            "score": min(1.0, max(0.0, (state["score"] or 0) / max_score)),
+            "moves": int(state["moves"] or 0),
+        }
+
+    def _engine_command(self, action: str) -> tuple[str, str | None]:
+        """The text to send to the interpreter, or ``(_, refusal)`` for input that must not reach it."""
+        if action in self._last.get("admissible_actions", ()):
+            return action, None
+        command = _CONTROL.sub(" ", action[: _MAX_COMMAND * 4])
+        command = " ".join(command.encode("ascii", "replace").decode("ascii").split())[:_MAX_COMMAND]
+        words = command.lower().split()
+        if words and (words[0] in _META_VERBS or any(w.startswith("tw-") for w in words)):
+            return command, f"'{words[0]}' is an interpreter command, not a move in the game; it is disabled here."
+        if _SEPARATORS.search(command.lower()):
+            return command, "Please give one command at a time."
+        return command, None
+
+    def close(self) -> None:
+        if self._tw is not None:
+            self._tw.close()
+            self._tw = None
+        super().close()
+
+
+def _start_engine(path: Path) -> tuple[Any, Any]:
+    import jericho
+    import textworld
+    from textworld import EnvInfos
+
+    if not path.is_file() or not path.with_suffix(".json").is_file():
+        raise MalformedDataError(
+            f"TextWorld game {path} (or its .json) is missing from the cache; delete {path.parent} to rebuild it"
+        )
+    infos = EnvInfos(score=True, max_score=True, won=True, lost=True, admissible_commands=True, moves=True)
+    try:
+        with warnings.catch_warnings():  # jericho warns that TextWorld games lack its own score detection
+            warnings.simplefilter("ignore", jericho.UnsupportedGameWarning)
+            env = textworld.start(str(path), request_infos=infos)
+        env.seed(0)  # jericho's RNG is part of its saved state; a fixed seed makes episodes reproducible
+        return env, env._wrapped_env._game  # the Game that TextWorld's StateTracking layer loaded
+    except Exception as exc:  # any failure to load means the cached files are damaged
+        raise MalformedDataError(
+            f"TextWorld game {path} cannot be loaded ({type(exc).__name__}: {exc}); delete {path.parent} to rebuild it"
+        ) from exc
+
+
+def _clean(feedback: str) -> str:
+    """The game's text without the input prompt and the status line that follow it."""
+    return _PROMPT_TAIL.sub("", feedback).strip()
