@@ -24,6 +24,7 @@ _ENVS: dict[str, tuple[str, dict[str, Any], int | None]] = {
     "ALFWorld-v0": ("r3l_envs.alfworld:ALFWorldEnv", {"split": "train"}, 50),
     "TextWorld-v0": ("r3l_envs.textworld:TextWorldEnv", {"game_type": "cooking", "difficulty": 1}, 100),
     "WebShop-v0": ("r3l_envs.webshop.env:WebShopEnv", {"source": "generated", "num_products": 10_000}, 15),
+    "ScienceWorld-v0": ("r3l_envs.scienceworld.env:ScienceWorldEnv", {"split": "train", "simplification": "easy"}, 100),
 }
 
 

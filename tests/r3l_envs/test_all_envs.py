@@ -24,6 +24,7 @@ OFFLINE_KWARGS: dict[str, dict] = {
     "r3l/WebShop-v0": {"num_products": 300},
     "r3l/TextWorld-v0": {"max_tasks": 2},
     "r3l/ALFWorld-v0": {"max_tasks": 2},
+    "r3l/ScienceWorld-v0": {"tasks": ["find-non-living-thing"]},
 }
 MARKS = {"r3l/ScienceWorld-v0": [pytest.mark.java]}
 
