@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["core", "demangled", "start"]
+__all__ = ["core", "demangled", "replan", "start"]
 
 
 def demangled(env: Any) -> Any:
@@ -32,6 +32,19 @@ def start(path: Path, *, policy_commands: bool = False) -> Any:
     env = demangled(PddlEnv(infos))
     env.load(str(path))
     return env
+
+
+def replan(path: Path, actions: list[str]) -> list[str]:
+    """The planner's plan from the state that ``actions`` lead to in the game at ``path`` (a private engine)."""
+    helper = start(path)
+    try:
+        helper.reset()
+        for action in actions:
+            helper.step(action)
+        pddl = core(helper)
+        return list(pddl._pddl_state.replan(pddl._entity_infos))
+    finally:
+        helper.close()
 
 
 def core(env: Any) -> Any:

@@ -2,8 +2,10 @@
 
 Games are the official ones when ``data_path=`` or ``$ALFWORLD_DATA`` points at them, else games from the
 offline generator (``info["source"] == "generated"``). Checkpoints are native inside an episode (the
-planner's state id plus the PDDL env's facts); a checkpoint from another episode, env instance or process is
-restored by verified replay. Not thread-safe: use one env per thread (or per process).
+planner's state id, the PDDL env's facts and what the engine derived for that state, so a restore takes a few
+milliseconds and re-derives nothing); a checkpoint from another episode, env instance or process is restored
+by verified replay. Not thread-safe: use one env per thread (or per process). The engine's repeated work is
+memoised in memory (:mod:`r3l_envs.alfworld.speedups`) with bit-identical transcripts.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from r3l_envs.alfworld import engine
+from r3l_envs.alfworld import engine, snapshot
 from r3l_envs.alfworld.games import generated_game, generated_ids, official_games, official_root
 from r3l_envs.core import TextEnv
 from r3l_envs.errors import UnknownTaskError
@@ -31,10 +33,7 @@ class _Snapshot:
     """Native state of an ALFWorld episode; valid only in the episode (``token``) that took it."""
 
     token: tuple[str, int]
-    state_id: int
-    facts: dict[str, set]
-    moves: int
-    last_action: Any
+    engine: dict[str, Any]  # see r3l_envs.alfworld.snapshot
     won: bool
 
 
@@ -98,23 +97,10 @@ class ALFWorldEnv(TextEnv):
         return state.feedback, reward, bool(state["won"]), self._info(state)
 
     def _save_state(self) -> _Snapshot:
-        pddl = engine.core(self._engine)
-        return _Snapshot(
-            token=self._token,
-            state_id=pddl.downward_lib.get_state_id(),
-            facts={k: set(v) for k, v in pddl._pddl_state._facts.items()},
-            moves=pddl._moves,
-            last_action=pddl._last_action,
-            won=self._won,
-        )
+        return _Snapshot(token=self._token, engine=snapshot.save(engine.core(self._engine)), won=self._won)
 
     def _load_state(self, snap: _Snapshot) -> None:
-        pddl = engine.core(self._engine)
-        pddl.downward_lib.set_state_id(snap.state_id)
-        pddl._pddl_state._facts.clear()
-        pddl._pddl_state._facts.update({k: set(v) for k, v in snap.facts.items()})
-        pddl._moves, pddl._last_action = snap.moves, snap.last_action
-        pddl._gather_infos()  # regenerates the admissible commands the next step is matched against
+        snapshot.load(engine.core(self._engine), snap.engine)
         self._won = snap.won
 
     def _restore_state(self, state: dict[str, Any], *, via: Any) -> None:
@@ -125,17 +111,19 @@ class ALFWorldEnv(TextEnv):
 
     # ------------------------------------------------------------------ privileged information
     def expert_plan(self) -> list[str]:
-        """The planner's commands that win from the current state (privileged: for oracles and tests)."""
+        """Commands that win from the current state (privileged: for oracles and tests).
+
+        While the episode has followed the game's walkthrough (the planner's plan from the start, stored when
+        the game was made), this is the rest of it; otherwise the planner replans from the current state,
+        which takes seconds in a large household.
+        """
         if self._episode is None:
             raise RuntimeError("call reset() first: the expert plan belongs to the current episode")
-        helper = engine.start(self._path, policy_commands=True)
-        try:
-            state = helper.reset()
-            for action in self._episode.actions:
-                state, _, _ = helper.step(action)
-            return list(state["policy_commands"])
-        finally:
-            helper.close()
+        played = [action.strip() for action in self._episode.actions]  # the engine strips commands too
+        walkthrough = list(engine.core(self._engine).walkthrough or [])
+        if walkthrough and walkthrough[: len(played)] == played:
+            return walkthrough[len(played) :]
+        return engine.replan(self._path, played)
 
     # ------------------------------------------------------------------ internals
     def _game_path(self, task_id: str) -> Any:

@@ -59,11 +59,11 @@ class _Snapshot:
 
     task_id: str
     frotz: tuple
-    # TextWorld's logic objects are interned per process, so they travel in their serialised form.
-    facts: list
-    valid_actions: list
+    # TextWorld's logic objects are interned per process, so they travel as plain tuples (see _pack_action).
+    facts: list[tuple]
+    valid_actions: list[tuple]
     moves: int
-    last_action: dict | None
+    last_action: tuple | None
     tracked: dict[str, Any]
     best: float
     last: dict[str, Any]
@@ -134,10 +134,10 @@ class TextWorldEnv(TextEnv):
         return _Snapshot(
             task_id=self._task_loaded,
             frotz=jericho._jericho.get_state(),
-            facts=[fact.serialize() for fact in progression.state.facts],
-            valid_actions=[action.serialize() for action in progression._valid_actions],
+            facts=[_pack_proposition(fact) for fact in progression.state.facts],
+            valid_actions=[_pack_action(action) for action in progression._valid_actions],
             moves=tracker._moves,
-            last_action=None if tracker._last_action is None else tracker._last_action.serialize(),
+            last_action=None if tracker._last_action is None else _pack_action(tracker._last_action),
             # Inform7Data carries these over from the previous turn when a turn does not print them.
             tracked={k: i7.state.get(k) for k in i7._tracked_infos},
             best=self._best,
@@ -146,7 +146,7 @@ class TextWorldEnv(TextEnv):
 
     def _load_state(self, snap: _Snapshot) -> None:
         from textworld.core import GameState
-        from textworld.logic import Action, Proposition, State
+        from textworld.logic import State
 
         if snap.task_id != self._task_loaded or self._tw is None:
             self._load(snap.task_id)
@@ -154,10 +154,10 @@ class TextWorldEnv(TextEnv):
         tracker, i7, jericho = self._layers()
         jericho._jericho.set_state(snap.frotz)
         progression = tracker._game_progression
-        progression.state = State(progression.state._logic, [Proposition.deserialize(f) for f in snap.facts])
-        progression._valid_actions = [Action.deserialize(a) for a in snap.valid_actions]
+        progression.state = State(progression.state._logic, [_unpack_proposition(f) for f in snap.facts])
+        progression._valid_actions = [_unpack_action(a) for a in snap.valid_actions]
         tracker._moves = snap.moves
-        tracker._last_action = None if snap.last_action is None else Action.deserialize(snap.last_action)
+        tracker._last_action = None if snap.last_action is None else _unpack_action(snap.last_action)
         i7.state = GameState(snap.tracked)
         self._best, self._last = snap.best, copy.deepcopy(snap.last)
 
@@ -251,3 +251,51 @@ def _start_engine(path: Path) -> tuple[Any, Any]:
 def _clean(feedback: str) -> str:
     """The game's text without the input prompt and the status line that follow it."""
     return _PROMPT_TAIL.sub("", feedback).strip()
+
+
+# ---------------------------------------------------------------------- logic objects in checkpoints
+# The same facts come back in every restore; building them through TextWorld's interning (``deserialize``)
+# is most of a restore, so the interned Proposition of each packed form is kept (bounded).
+_PROPOSITIONS: dict[tuple, Any] = {}
+_MAX_PROPOSITIONS = 200_000
+
+
+def _pack_proposition(prop: Any) -> tuple:
+    return prop.name, tuple((var.name, var.type) for var in prop.arguments)
+
+
+def _unpack_proposition(packed: tuple) -> Any:
+    """The Proposition that ``Proposition.deserialize`` would give (the same interned object)."""
+    prop = _PROPOSITIONS.get(packed)
+    if prop is None:
+        from textworld.logic import Proposition, Variable
+
+        if len(_PROPOSITIONS) >= _MAX_PROPOSITIONS:
+            _PROPOSITIONS.clear()
+        name, arguments = packed
+        prop = _PROPOSITIONS[packed] = Proposition(name, [Variable(n, t) for n, t in arguments])
+    return prop
+
+
+def _pack_action(action: Any) -> tuple:
+    """What ``Action.serialize`` keeps, as tuples."""
+    return (
+        action.name,
+        tuple(map(_pack_proposition, action.preconditions)),
+        tuple(map(_pack_proposition, action.postconditions)),
+        action.command_template,
+        action.reverse_name,
+        action.reverse_command_template,
+    )
+
+
+def _unpack_action(packed: tuple) -> Any:
+    """A new Action equal to what ``Action.deserialize`` builds from the serialised form."""
+    from textworld.logic import Action
+
+    name, pre, post, command_template, reverse_name, reverse_command_template = packed
+    action = Action(name, [_unpack_proposition(p) for p in pre], [_unpack_proposition(p) for p in post])
+    action.command_template = command_template
+    action.reverse_name = reverse_name
+    action.reverse_command_template = reverse_command_template
+    return action

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import pickle
 import random
 import shutil
+import subprocess
+import sys
+import textwrap
 
 import gymnasium as gym
 import pytest
@@ -27,13 +31,6 @@ def env():
     env = make()
     yield env
     env.close()
-
-
-@pytest.mark.slow
-def test_check_env_passes():
-    small = make(max_tasks=2)  # the two smallest households: check_env plays many short episodes
-    r3l_envs.check_env(small)
-    small.close()
 
 
 @pytest.mark.slow
@@ -69,6 +66,28 @@ def test_expert_wins_and_checkpoint_is_exact_for_every_task_type(env, index):
     assert json.loads((env.unwrapped._path.parent / "traj_data.json").read_text())["task_type"] == TASK_TYPES[index]
 
 
+def test_restore_in_another_process(env, tmp_path):
+    """A checkpoint's bytes restore in another process (by verified replay there) and continue identically."""
+    env.reset(options={"task_id": env.unwrapped.task_ids[0]})
+    plan = env.unwrapped.expert_plan()
+    for action in plan[:2]:
+        env.step(action)
+    (tmp_path / "ckpt").write_bytes(r3l_envs.checkpoint(env).to_bytes())
+    expected = [(o, r, t, tr, i["admissible_actions"], i["won"]) for o, r, t, tr, i in (env.step(a) for a in plan[2:])]
+    code = textwrap.dedent(
+        f"""
+        import pickle, sys, gymnasium as gym, r3l_envs
+        env = gym.make({ENV_ID!r}, max_tasks=6)
+        r3l_envs.restore(env, r3l_envs.Checkpoint.from_bytes(open(sys.argv[1], "rb").read()))
+        steps = (env.step(a) for a in {plan[2:]!r})
+        out = [(o, r, t, tr, i["admissible_actions"], i["won"]) for o, r, t, tr, i in steps]
+        sys.stdout.buffer.write(pickle.dumps(out))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ckpt")], capture_output=True, check=True)
+    assert pickle.loads(done.stdout) == expected and expected[-1][-1]
+
+
 def test_garbage_actions_get_nothing_happens(env):
     _, info0 = env.reset(options={"task_id": env.unwrapped.task_ids[0]})
     for action in ["", "x" * 100_000, "\x00\x1b[31m", "🙂 ☃", "fly to the moon"]:
@@ -78,21 +97,65 @@ def test_garbage_actions_get_nothing_happens(env):
 
 
 def test_two_instances_in_one_process_do_not_interfere(env):
-    other = make()
-    _, a_info = env.reset(options={"task_id": env.unwrapped.task_ids[2]})
-    _, b_info = other.reset(options={"task_id": other.unwrapped.task_ids[3]})
-    for i in range(6):
-        a = env.step(a_info["admissible_actions"][i % len(a_info["admissible_actions"])])
-        b = other.step(b_info["admissible_actions"][i % len(b_info["admissible_actions"])])
-        a_info, b_info = a[4], b[4]
-    solo = make()
-    _, s_info = solo.reset(options={"task_id": env.unwrapped.task_ids[2]})
-    for i in range(6):
-        s = solo.step(s_info["admissible_actions"][i % len(s_info["admissible_actions"])])
-        s_info = s[4]
-    assert s == a
+    """Two engines on the same game (sharing the process-wide caches) step in turns; each plays as if alone."""
+
+    def play(*envs: gym.Env, steps: int = 8) -> list:
+        infos = [e.reset(options={"task_id": e.unwrapped.task_ids[0]})[1] for e in envs]
+        transcripts: list[list] = [[] for _ in envs]
+        for i in range(steps):
+            for j, e in enumerate(envs):
+                pool = infos[j]["admissible_actions"]
+                out = e.step(pool[(i * (j + 2)) % len(pool)])
+                transcripts[j].append(out)
+                infos[j] = out[4]
+        return transcripts
+
+    other, solo = make(), make()
+    together = play(env, other)
+    assert together[0] != together[1]  # they did take different paths
+    assert play(solo) == together[:1]
     other.close()
     solo.close()
+
+
+def test_speedups_change_nothing_but_speed(env):
+    """The same random actions, checkpoints and restores give the same transcript without the speed-ups."""
+    from r3l_envs.alfworld import speedups
+
+    def play() -> list:
+        rng = random.Random(7)
+        _, info = env.reset(options={"task_id": env.unwrapped.task_ids[0]})
+        out, ckpt = [info], None
+        for step in range(14):
+            if step == 4:
+                ckpt = r3l_envs.checkpoint(env)
+            if step == 10:
+                r3l_envs.restore(env, ckpt)  # native restore, then the same continuation from step 4
+                rng = random.Random(4)
+            out.append(env.step(rng.choice(info["admissible_actions"] + ["fly to the moon"])))
+            info = out[-1][4]
+        return out
+
+    assert speedups.enabled()
+    fast = play()
+    with speedups.disabled():
+        slow = play()
+    assert fast == slow
+
+
+def test_expert_plan_replans_after_leaving_the_walkthrough(env):
+    from r3l_envs.alfworld import engine
+
+    env.reset(options={"task_id": env.unwrapped.task_ids[0]})
+    walkthrough = env.unwrapped.expert_plan()
+    assert engine.replan(env.unwrapped._path, []) == walkthrough  # the stored walkthrough is the planner's plan
+    _, _, _, _, info = env.step("look")
+    *_, info = env.step(next(a for a in info["admissible_actions"] if a.startswith("go to") and a != walkthrough[0]))
+    plan = env.unwrapped.expert_plan()
+    assert plan != walkthrough[2:]  # not the rest of the walkthrough: a fresh plan from where the agent is
+    for action in plan:
+        *_, info = env.step(action)
+    assert info["won"]
 
 
 def test_official_loader_reads_the_download_layout(env, tmp_path):

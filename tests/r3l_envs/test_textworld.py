@@ -39,11 +39,6 @@ def transcript(env: gym.Env, actions: list[str]) -> list[tuple]:
 
 
 @pytest.mark.slow
-def test_check_env_passes(cooking_env):
-    r3l_envs.check_env(cooking_env)
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("game_type", sorted(GAME_TYPES))
 def test_walkthrough_wins_every_game_type(game_type):
     env = make(game_type)
@@ -161,10 +156,10 @@ def test_failed_build_leaves_nothing_in_the_cache(tmp_path):
 
 
 @pytest.mark.slow
-def test_generation_is_deterministic(tmp_path, monkeypatch, cooking_env):
+def test_generation_is_deterministic(tmp_path, monkeypatch):
     from r3l_envs.textworld import GameSpec, build_game
 
-    spec = GameSpec("cooking", 1, "train", 0)
+    spec = GameSpec("coin_collector", GAME_TYPES["coin_collector"], "train", 0)  # the quickest to build
     shared = build_game(spec).read_bytes()
     monkeypatch.setenv("R3L_CACHE_DIR", str(tmp_path))
     assert build_game(spec).read_bytes() == shared

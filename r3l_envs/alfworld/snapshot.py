@@ -1,0 +1,154 @@
+"""Native save/load of a running ALFWorld engine (a demangled TextWorld ``PddlEnv``), for checkpoints.
+
+A snapshot holds the planner's state id, the PDDL facts and their variable index, the move counter and the
+engine's GameState: what it derived for the state (the commands it accepts and the actions they map to), so
+loading re-derives nothing from the grammar. Logic objects travel as plain tuples of strings: they pickle
+and unpickle several times faster than the objects, and carry no per-process hash. Unpacking goes through
+TextWorld's own constructors, which intern them, so a load gives back the very objects the engine uses.
+
+A state id is only meaningful to the engine (and episode) that produced it: see ``ALFWorldEnv``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["load", "save"]
+
+# GameState keys that are views of the engine's own data: rebuilt on load rather than saved.
+_VIEWS = frozenset({"_entity_infos", "_facts", "_last_action", "facts", "_valid_actions"})
+# What all_applicable_actions sets on the actions it builds; anything else is pickled as an object.
+_ACTION_FIELDS = frozenset(
+    {"name", "mapping", "feedback_rule", "command_template", "reverse_name", "reverse_command_template",
+     "preconditions", "postconditions", "_pre_set", "_post_set", "id"}
+)  # fmt: skip
+_INTERNED: dict[tuple, Any] = {}  # packed form -> interned logic object (bounded: cleared when large)
+_MAX_INTERNED = 200_000
+
+
+def save(pddl: Any) -> dict[str, Any]:
+    """Everything the engine's next ``step`` depends on, as picklable plain data."""
+    state = pddl._pddl_state
+    return {
+        "state_id": pddl.downward_lib.get_state_id(),
+        "facts": [(_pack_signature(sig), [_pack_proposition(p) for p in props]) for sig, props in state._facts.items()],
+        "vars_by_name": [(name, _pack_variable(var)) for name, var in state._vars_by_name.items()],
+        "vars_by_type": [(name, [_pack_variable(v) for v in found]) for name, found in state._vars_by_type.items()],
+        "var_counts": dict(state._var_counts),
+        "moves": pddl._moves,
+        "last_action": _pack_action(pddl._last_action),
+        "valid_actions": [_pack_action(action) for action in pddl.state["_valid_actions"]],
+        "game_state": {key: value for key, value in pddl.state.items() if key not in _VIEWS},
+    }
+
+
+def load(pddl: Any, saved: dict[str, Any]) -> None:
+    """Put the engine back into a state :func:`save` captured in the same episode."""
+    import fast_downward
+    from textworld.core import GameState
+
+    from r3l_envs.alfworld import speedups
+
+    pddl.downward_lib.set_state_id(saved["state_id"])
+    state = pddl._pddl_state
+    state._facts.clear()
+    for sig, props in saved["facts"]:
+        state._facts[_unpack_signature(sig)] = {_unpack_proposition(p) for p in props}
+    state._vars_by_name = {name: _unpack_variable(var) for name, var in saved["vars_by_name"]}
+    state._vars_by_type.clear()
+    for name, found in saved["vars_by_type"]:
+        state._vars_by_type[name] = {_unpack_variable(v) for v in found}
+    state._var_counts.clear()
+    state._var_counts.update(saved["var_counts"])
+    speedups.facts_changed(state)
+    pddl._moves = saved["moves"]
+    pddl._last_action = _unpack_action(saved["last_action"])
+
+    game = GameState(saved["game_state"])
+    game["_entity_infos"] = dict(pddl._entity_infos)
+    game["_facts"] = list(state.facts)
+    game["_last_action"] = pddl._last_action
+    game["_valid_actions"] = [_unpack_action(action) for action in saved["valid_actions"]]
+    if pddl.request_infos.facts:
+        game["facts"] = list(map(pddl._get_human_readable_fact, game["_facts"]))
+    pddl.state = game
+    # ``PddlState.apply`` looks actions up in the operator table of the last ``all_applicable_actions``;
+    # the planner lists the same operators for the same state id, so reading them again is enough.
+    lib = pddl.downward_lib
+    operators = (fast_downward.Operator * lib.get_applicable_operators_count())()
+    lib.get_applicable_operators(operators)
+    state._operators = {op.id: op for op in operators}
+
+
+# ---------------------------------------------------------------------- logic objects <-> tuples
+def _intern(packed: tuple, build: Any) -> Any:
+    found = _INTERNED.get(packed)
+    if found is None:
+        if len(_INTERNED) >= _MAX_INTERNED:
+            _INTERNED.clear()
+        found = _INTERNED[packed] = build()
+    return found
+
+
+def _pack_variable(var: Any) -> tuple:
+    return ("v", var.name, var.type)
+
+
+def _unpack_variable(packed: tuple) -> Any:
+    from textworld.logic import Variable
+
+    return _intern(packed, lambda: Variable(packed[1], packed[2]))
+
+
+def _pack_placeholder(ph: Any) -> tuple:
+    return ("p", ph.name, ph.type)
+
+
+def _unpack_placeholder(packed: tuple) -> Any:
+    from textworld.logic import Placeholder
+
+    return _intern(packed, lambda: Placeholder(packed[1], packed[2]))
+
+
+def _pack_signature(sig: Any) -> tuple:
+    return ("s", sig.name, tuple(sig.types))
+
+
+def _unpack_signature(packed: tuple) -> Any:
+    from textworld.logic import Signature
+
+    return _intern(packed, lambda: Signature(packed[1], list(packed[2])))
+
+
+def _pack_proposition(prop: Any) -> tuple:
+    return ("f", prop.name, tuple((var.name, var.type) for var in prop.arguments))
+
+
+def _unpack_proposition(packed: tuple) -> Any:
+    from textworld.logic import Proposition, Variable
+
+    return _intern(packed, lambda: Proposition(packed[1], [Variable(n, t) for n, t in packed[2]]))
+
+
+def _pack_action(action: Any) -> Any:
+    """An action of ``PddlState.all_applicable_actions`` as a tuple; any other action stays an object."""
+    if action is None or set(vars(action)) != _ACTION_FIELDS or action.preconditions or action.postconditions:
+        return action
+    if action.reverse_name is not None or action.reverse_command_template is not None:
+        return action
+    mapping = tuple((_pack_placeholder(ph), _pack_variable(var)) for ph, var in action.mapping.items())
+    return ("a", action.name, action.id, mapping, action.command_template, action.feedback_rule)
+
+
+def _unpack_action(packed: Any) -> Any:
+    if not (isinstance(packed, tuple) and packed[:1] == ("a",)):
+        return packed
+    from textworld.logic import Action
+
+    _, name, op_id, mapping, command_template, feedback_rule = packed
+    action = Action(name=name, preconditions=[], postconditions=[])
+    action.id = op_id
+    action.mapping = {_unpack_placeholder(ph): _unpack_variable(var) for ph, var in mapping}
+    action.command_template = command_template
+    action.feedback_rule = feedback_rule
+    return action
