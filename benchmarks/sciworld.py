@@ -9,12 +9,11 @@ gold path), because absolute times on shared machines are noisy:
 * the deterministic JVM (``-XX:hashCode=2``) vs the default one;
 * JVM start (process ready; engine classes loaded) and resident memory per env.
 
-Run: ``python benchmarks/scienceworld.py`` (about 2–4 minutes).
+Run: ``python benchmarks/sciworld.py`` (about 2–4 minutes).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import statistics
@@ -22,17 +21,13 @@ import sys
 import time
 from pathlib import Path
 
-# This file is named like the engine's package: drop its folder from the path so `import scienceworld` finds
-# the engine, and load the shared _report module by its path.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-_spec = importlib.util.spec_from_file_location("_report", HERE / "_report.py")
-_report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_report)
+# Not named scienceworld.py: the script's folder is first on sys.path and would shadow the engine's package.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import gymnasium as gym  # noqa: E402
+import _report
+import gymnasium as gym
 
-import r3l_envs  # noqa: E402
+import r3l_envs
 
 TASK, VARIATION = "boil", 0
 TASK_ID = f"{TASK}/var{VARIATION}"
@@ -185,7 +180,7 @@ def main() -> None:
         ),
     ]
     table = "\n".join(f"| {' | '.join(row)} |" for row in rows)
-    md = f"""## ScienceWorld (`benchmarks/scienceworld.py`)
+    md = f"""## ScienceWorld (`benchmarks/sciworld.py`)
 
 {_report.machine_line(d["machine"])}
 Task `{TASK_ID}` (gold path, {d["gold_len"]} actions), medians of {REPS} runs; baselines from the same run.

@@ -1,0 +1,245 @@
+"""The HF transformers policy: batched, left-padded, seeded generation and log-likelihood scoring.
+
+Works on CPU and GPU. bf16 weights roughly double CPU throughput on CPUs with native bf16 (avx512_bf16 or
+AMX; FACTS.md) but are many times *slower* where bf16 is emulated, so ``dtype="auto"`` picks bf16 only where
+the hardware has it. Keep old and new log-probs in the same precision (bf16 and fp32 differ by up to ~0.1 nats).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from r3l_learn.models import resolve_model
+from wrappers.policy import Generation, SamplingParams, encodable
+
+__all__ = ["HFPolicy", "auto_dtype"]
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+def auto_dtype(device: str = "cpu") -> str:
+    """``"bfloat16"`` where the device computes it natively (CUDA with bf16, CPUs with avx512_bf16 or AMX),
+    else ``"float32"``."""
+    if device.startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return "float32"
+    return "bfloat16" if {"avx512_bf16", "amx_bf16"} & set(flags) else "float32"
+
+
+class HFPolicy:
+    """A :class:`wrappers.Policy` over a ``transformers`` causal LM and its tokenizer."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, max_context: int | None = None, name: str | None = None):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
+        eos = {tokenizer.eos_token_id}
+        config_eos = getattr(model.generation_config, "eos_token_id", None)
+        eos.update(config_eos if isinstance(config_eos, list) else [config_eos])
+        self.eos_token_ids: tuple[int, ...] = tuple(sorted(i for i in eos if i is not None))
+        self.pad_token_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
+        self.max_context: int = max_context or int(getattr(model.config, "max_position_embeddings", 2048))
+        self.score_chunk = 16  # continuations scored together on one copy of a shared prompt cache
+
+    @classmethod
+    def from_pretrained(
+        cls, name_or_path: str | Path, *, dtype: str = "auto", device: str = "cpu", max_context: int | None = None
+    ) -> HFPolicy:
+        """Load a local HF folder or an embedded model name (see :func:`r3l_learn.models.resolve_model`).
+        ``dtype`` is ``"auto"`` (see :func:`auto_dtype`), ``"float32"`` or ``"bfloat16"``."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        dtype = auto_dtype(device) if dtype == "auto" else dtype
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+        folder = resolve_model(name_or_path)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=_DTYPES[dtype]).to(device)
+        return cls(model, tokenizer, max_context=max_context, name=str(name_or_path))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ------------------------------------------------------------------ text <-> ids
+    def render(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.tokenizer(encodable(text), add_special_tokens=False)["input_ids"])
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+    # ------------------------------------------------------------------ generation
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        """Sample one completion per prompt; the batch is left-padded and generated in one ``generate`` call."""
+        if not prompts:
+            return []
+        input_ids, attention_mask = self.pad_left(prompts)
+        with torch.random.fork_rng(devices=self._rng_devices()):
+            if params.seed is not None:
+                torch.manual_seed(params.seed)
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=self.generation_config(params),
+                tokenizer=self.tokenizer if params.stop else None,
+            )
+        new = out.sequences[:, input_ids.shape[1] :]
+        logits = torch.stack(out.logits, dim=1).float()  # raw logits: (batch, new, vocab)
+        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        return [self._finish(new[i].tolist(), logprobs[i].tolist(), params) for i in range(len(prompts))]
+
+    def generation_config(self, params: SamplingParams) -> Any:
+        """The ``transformers.GenerationConfig`` for ``params`` (raw logits kept for exact log-probs)."""
+        from transformers import GenerationConfig
+
+        greedy = params.temperature == 0
+        return GenerationConfig(
+            do_sample=not greedy,
+            # Unset (None) fields are filled from the model's generation_config and then transformers' defaults
+            # (top_k=50!), so every field that shapes the distribution is set explicitly.
+            temperature=1.0 if greedy else params.temperature,
+            top_p=params.top_p,
+            top_k=0,
+            repetition_penalty=1.0,
+            max_new_tokens=params.max_new_tokens,
+            eos_token_id=list(self.eos_token_ids),
+            pad_token_id=self.pad_token_id,
+            stop_strings=list(params.stop) or None,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+
+    def _finish(self, ids: list[int], logprobs: list[float], params: SamplingParams) -> Generation:
+        """Cut a row where it really ended: its first end-of-turn token (kept) or stop string; after that,
+        ``generate`` only wrote padding."""
+        end, reason = len(ids), "length"
+        for i, tok in enumerate(ids):
+            if tok in self.eos_token_ids:
+                end, reason = i + 1, "stop"
+                break
+        if params.stop:
+            cut = self._stop_index(ids[:end], params.stop)
+            if cut is not None:
+                end, reason = cut, "stop"
+        ids, logprobs = ids[:end], logprobs[:end]
+        return Generation(text=self.decode(ids), token_ids=ids, logprobs=logprobs, finish_reason=reason)
+
+    def _stop_index(self, ids: list[int], stops: tuple[str, ...]) -> int | None:
+        """Length of the shortest prefix of ``ids`` whose text contains a stop string, if any."""
+        if not any(s in self.decode(ids) for s in stops):
+            return None
+        lo, hi = 1, len(ids)
+        while lo < hi:  # the property is monotone in the prefix length: bisect
+            mid = (lo + hi) // 2
+            if any(s in self.decode(ids[:mid]) for s in stops):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # ------------------------------------------------------------------ scoring
+    @torch.no_grad()
+    def score(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Per-token log-probs of each continuation after its prompt.
+
+        Pairs that share a prompt (constrained mode scores every admissible action after the same context)
+        run the prompt once and the continuations as one batch on top of its KV cache.
+        """
+        if len(prompts) != len(continuations):
+            raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, prompt in enumerate(prompts):
+            groups.setdefault(tuple(prompt), []).append(i)
+        out: list[list[float]] = [[] for _ in prompts]
+        for prompt, members in groups.items():
+            scored = self._score_shared_prompt(list(prompt), [list(continuations[i]) for i in members])
+            for i, lp in zip(members, scored):
+                out[i] = lp
+        return out
+
+    def _score_shared_prompt(self, prompt: list[int], conts: list[list[int]]) -> list[list[float]]:
+        if not prompt:
+            raise ValueError("score() needs a non-empty prompt")
+        device = self.device
+        # only the last position's logits are needed: skipping the rest saves a prompt-length × vocab matmul
+        head = self.model(input_ids=torch.tensor([prompt], device=device), use_cache=True, logits_to_keep=1)
+        first = torch.log_softmax(head.logits[0, -1].float(), dim=-1)
+        results = [[float(first[c[0]])] if c else [] for c in conts]
+        # The shared cache is copied once per candidate in a chunk (~46 KB per prompt token for SmolLM2), so
+        # chunks bound the memory of long contexts with many admissible actions.
+        for lo in range(0, len(conts), self.score_chunk):
+            chunk = conts[lo : lo + self.score_chunk]
+            if max(len(c) for c in chunk) > 1:
+                for row, lp in enumerate(self._score_on_cache(head.past_key_values, len(prompt), chunk)):
+                    results[lo + row] += lp
+        return results
+
+    def _score_on_cache(self, prefix_cache: Any, prompt_len: int, conts: list[list[int]]) -> list[list[float]]:
+        """Log-probs of tokens 1.. of each continuation, run right-padded on copies of the prompt's cache
+        (padding only ever follows real tokens, so it never changes them)."""
+        device = self.device
+        width = max(len(c) for c in conts)
+        cache = copy.deepcopy(prefix_cache)
+        cache.batch_repeat_interleave(len(conts))
+        ids = torch.full((len(conts), width - 1), self.pad_token_id, device=device)
+        mask = torch.zeros((len(conts), prompt_len + width - 1), dtype=torch.long, device=device)
+        mask[:, :prompt_len] = 1
+        for row, cont in enumerate(conts):
+            if len(cont) > 1:
+                ids[row, : len(cont) - 1] = torch.tensor(cont[:-1], device=device)
+                mask[row, prompt_len : prompt_len + len(cont) - 1] = 1
+        positions = torch.arange(prompt_len, prompt_len + width - 1, device=device).expand(len(conts), -1)
+        logits = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+        ).logits.float()
+        logp = torch.log_softmax(logits, dim=-1)
+        out = []
+        for row, cont in enumerate(conts):
+            if len(cont) <= 1:
+                out.append([])
+                continue
+            target = torch.tensor(cont[1:], device=device, dtype=torch.long)
+            out.append(logp[row, : len(cont) - 1].gather(-1, target.unsqueeze(-1)).squeeze(-1).tolist())
+        return out
+
+    @torch.no_grad()
+    def sequence_logprobs(self, token_ids: Sequence[int]) -> list[float]:
+        """log π(token_ids[t] | token_ids[:t]) for t ≥ 1 from one forward pass (index t-1 in the result)."""
+        ids = torch.tensor([list(token_ids)], device=self.device)
+        logits = self.model(input_ids=ids).logits[0, :-1].float()
+        return torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1).tolist()
+
+    # ------------------------------------------------------------------ helpers
+    def pad_left(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``input_ids`` and ``attention_mask`` of the prompts, left-padded into one batch on the model's device."""
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            if not prompt:
+                raise ValueError("generate() needs non-empty prompts")
+            ids[row, width - len(prompt) :] = torch.tensor(list(prompt))
+            mask[row, width - len(prompt) :] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _rng_devices(self) -> list[int]:
+        device = self.device
+        return [device.index or 0] if device.type == "cuda" else []

@@ -1,0 +1,35 @@
+"""``r3l eval``: summary lines, JSONL output, and the evaluate() aggregates."""
+
+import pytest
+
+from wrappers import load_jsonl
+
+pytest.importorskip("torch")
+
+from r3l_learn.cli import main
+
+
+def test_eval_cli_writes_trajectories(tmp_path, capsys):
+    out = tmp_path / "eval.jsonl"
+    argv = ["eval", "--env", "r3ltest/Corridor-v0", "--model", "tiny-random", "--episodes", "3", "--batch-size", "2"]
+    assert main([*argv, "--split", "valid", "--max-turns", "3", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    for needle in ("3 episodes", "success rate", "mean score", "mean turns", "mean tokens", f"trajectories: {out}"):
+        assert needle in text
+    trajs = list(load_jsonl(out))
+    assert len(trajs) == 3
+    assert all(t.task_id.startswith("corridor-valid-") for t in trajs)
+    assert all(turn.constrained and turn.action in ("left", "right", "wait") for t in trajs for turn in t.turns)
+
+
+def test_evaluate_summary_matches_trajectories():
+    from r3l_learn.evaluate import evaluate
+    from r3l_learn.scripted import ScriptedPolicy
+
+    policy = ScriptedPolicy(["<action>right</action>", "nonsense"])
+    summary, trajs = evaluate("r3ltest/Corridor-v0", policy, episodes=4, batch_size=3, split="train", progress=False)
+    assert summary.episodes == 4 == len(trajs)
+    assert summary.success_rate == sum(t.won for t in trajs) / 4
+    assert summary.mean_turns == sum(t.num_turns for t in trajs) / 4
+    assert 0 < summary.parse_error_rate < 1
+    assert sum(summary.stop_reasons.values()) == 4

@@ -1,0 +1,87 @@
+"""Token-exact chat sequences: generated ids plus the chat template's own tokens for every other role.
+
+A :class:`ChatSequence` starts from the templated system + first user message and then grows by appending
+(a) the ids the policy generated, verbatim, and (b) the template's tokens that close the assistant turn and
+open the next user turn. Generated text is never re-tokenised, so the sequence a learner trains on is the
+sequence the model produced, and log-probs recomputed over it match the generation log-probs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from wrappers.policy import Generation, Policy, SamplingParams
+
+__all__ = ["ChatSequence", "chat", "end_of_turn_id", "turn_suffix_ids"]
+
+# Stands in for assistant content when we ask the template what comes after it. Chosen so that no
+# template would transform it and no real reply contains it.
+_MARK = "\u2063R3L-ASSISTANT-CONTENT\u2063"
+_PROBE = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+
+
+def turn_suffix_ids(policy: Policy, user_content: str, last_generated: int | None) -> list[int]:
+    """Template tokens after an assistant reply: the end of that turn, ``user_content`` as the next user
+    turn, and the generation prompt. If the reply already ended with the template's end-of-turn token (the
+    model sampled it), that token is not repeated."""
+    text = policy.render(
+        [*_PROBE, {"role": "assistant", "content": _MARK}, {"role": "user", "content": user_content}],
+        add_generation_prompt=True,
+    )
+    start = text.find(_MARK)
+    if start < 0:
+        raise ValueError("the chat template does not render assistant content verbatim; cannot build exact sequences")
+    ids = policy.tokenize(text[start + len(_MARK) :])
+    if ids and last_generated is not None and ids[0] == last_generated and last_generated in policy.eos_token_ids:
+        ids = ids[1:]
+    return ids
+
+
+def end_of_turn_id(policy: Policy) -> int | None:
+    """The token the template puts right after assistant content, if it is one the policy stops on
+    (``<|im_end|>`` for ChatML). Constrained mode appends it to each candidate so a chosen action ends its
+    turn exactly as a sampled reply would."""
+    text = policy.render([*_PROBE, {"role": "assistant", "content": _MARK}], add_generation_prompt=False)
+    start = text.find(_MARK)
+    ids = policy.tokenize(text[start + len(_MARK) :]) if start >= 0 else []
+    return ids[0] if ids and ids[0] in policy.eos_token_ids else None
+
+
+class ChatSequence:
+    """One growing token sequence with its loss mask and generation log-probs."""
+
+    def __init__(self, policy: Policy, messages: Sequence[dict[str, str]]):
+        self.policy = policy
+        self.messages: list[dict[str, str]] = [dict(m) for m in messages]
+        self.token_ids: list[int] = policy.tokenize(policy.render(self.messages, add_generation_prompt=True))
+        self.loss_mask: list[int] = [0] * len(self.token_ids)
+        self.logprobs: list[float] = [0.0] * len(self.token_ids)
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def add_generation(self, text: str, token_ids: Sequence[int], logprobs: Sequence[float]) -> tuple[int, int]:
+        """Append the agent's generated ids (mask 1); returns their ``[start, end)`` span."""
+        if len(token_ids) != len(logprobs):
+            raise ValueError(f"{len(token_ids)} token ids but {len(logprobs)} log-probs")
+        start = len(self.token_ids)
+        self.token_ids.extend(int(t) for t in token_ids)
+        self.loss_mask.extend([1] * len(token_ids))
+        self.logprobs.extend(float(x) for x in logprobs)
+        self.messages.append({"role": "assistant", "content": text})
+        return start, len(self.token_ids)
+
+    def add_user(self, content: str) -> None:
+        """Close the last assistant turn and append ``content`` as a user turn plus the generation prompt."""
+        last = self.token_ids[-1] if self.messages and self.messages[-1]["role"] == "assistant" else None
+        ids = turn_suffix_ids(self.policy, content, last)
+        self.token_ids.extend(ids)
+        self.loss_mask.extend([0] * len(ids))
+        self.logprobs.extend([0.0] * len(ids))
+        self.messages.append({"role": "user", "content": content})
+
+
+def chat(policy: Policy, conversations: Sequence[Sequence[dict[str, str]]], params: SamplingParams) -> list[Generation]:
+    """Batched generation from chat messages: one reply per conversation (e.g. a reflector's diagnosis)."""
+    prompts = [policy.tokenize(policy.render(list(c), add_generation_prompt=True)) for c in conversations]
+    return policy.generate(prompts, params)

@@ -1,0 +1,402 @@
+"""Rollouts: play env episodes with a policy, batching generation across env instances.
+
+The loop is written once. Each env instance is driven by an :class:`AgentEpisode` (prompt building,
+parsing, env stepping, bookkeeping); :func:`rollout_batch` gathers the prompts of every running episode into
+one ``generate`` (or one ``score`` in constrained mode) call per round. Expected per-episode failures (an
+unparseable reply, a context that no longer fits) are recorded in the trajectory and never raise.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+
+import r3l_envs
+from wrappers.chat import ChatSequence, end_of_turn_id
+from wrappers.data import Trajectory, Turn
+from wrappers.parsing import parse_reply
+from wrappers.policy import Generation, Policy, SamplingParams, describe
+from wrappers.prompts import PromptTemplate, template_for
+
+__all__ = ["AgentEpisode", "RolloutConfig", "play", "rollout", "rollout_batch"]
+
+logger = logging.getLogger(__name__)
+
+# An admissible "action" that is a template, e.g. "search[<query>]".
+_SLOT = re.compile(r"<[^<>\s][^<>]*>")
+
+#: Turn limit for envs that declare no ``max_episode_steps`` (math envs end themselves after their attempts).
+DEFAULT_MAX_TURNS = 30
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How episodes are played."""
+
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_turns: int | None = None  # None: the env's max_episode_steps, else DEFAULT_MAX_TURNS
+    history: int | None = None  # keep only the last k turns in the context; None keeps all (one sequence)
+    constrained: bool = False  # pick among admissible actions by log-likelihood where the env lists them
+    constrained_score: Literal["mean", "sum"] = "mean"  # mean log-prob: summed favours short actions (FACTS.md)
+    keep_checkpoints: bool = False  # checkpoint the env before every turn (reflect-retry restores them)
+    stop_at_action: bool = True  # end generation at the closing action tag: nothing after it is used
+    template: PromptTemplate | None = None  # None: the env family's template
+
+    def __post_init__(self) -> None:
+        if self.history is not None and self.history < 0:
+            raise ValueError(f"history must be None (all turns) or >= 0, got {self.history}")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+        if self.constrained_score not in ("mean", "sum"):
+            raise ValueError(f"constrained_score must be 'mean' or 'sum', got {self.constrained_score!r}")
+
+
+def _env_id(env: gym.Env) -> str:
+    spec = getattr(env, "spec", None)
+    return spec.id if spec is not None else type(env.unwrapped).__name__
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` as JSON holds it (tuples become lists, foreign objects their repr), so what a trajectory
+    stores is exactly what its JSONL round-trip gives back."""
+    return json.loads(json.dumps(value, ensure_ascii=True, default=repr))
+
+
+class AgentEpisode:
+    """One episode of one env under a policy: builds prompts, applies generations, records the trajectory.
+
+    Reflect-retry and other wrappers can drive it directly: ``prompt()`` gives the next prompt ids, and
+    ``apply(generation)`` / ``apply_choice(action, ids, logprobs)`` play the turn.
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        policy: Policy,
+        config: RolloutConfig,
+        *,
+        seed: int | None = None,
+        task_id: str | None = None,
+    ):
+        self._setup(env, policy, config)
+        options = {"task_id": task_id} if task_id is not None else None
+        self.observation, self.info = env.reset(seed=seed, options=options)
+        self.trajectory = self._new_trajectory(seed)
+        first = self.template.first_user(self.info["task"], self.observation, self.info["admissible_actions"])
+        self._shown: list[str] = [first]  # the user text of every turn, as the agent saw it
+        self._sequence = ChatSequence(policy, self._opening(first))
+        self._context: ChatSequence | None = None  # a guided generation context, when it differs (resume)
+        self._checkpoint = r3l_envs.checkpoint(env) if config.keep_checkpoints else None
+
+    def _setup(self, env: gym.Env, policy: Policy, config: RolloutConfig) -> None:
+        self.env, self.policy, self.config = env, policy, config
+        self.template = config.template or template_for(_env_id(env))
+        self.system = self.template.system()
+        spec = getattr(env, "spec", None)
+        self.max_turns = config.max_turns or (spec.max_episode_steps if spec else None) or DEFAULT_MAX_TURNS
+        self.done = False
+
+    def _new_trajectory(self, seed: int | None) -> Trajectory:
+        return Trajectory(
+            env_id=_env_id(self.env),
+            task_id=self.info["task_id"],
+            task=self.info["task"],
+            metadata={
+                "policy": describe(self.policy),
+                "template": self.template.family,
+                "seed": seed,
+                "sampling": _jsonable(asdict(self.config.sampling)),
+                "constrained": self.config.constrained,
+                "history": self.config.history,
+            },
+        )
+
+    @classmethod
+    def resume(
+        cls,
+        env: gym.Env,
+        policy: Policy,
+        config: RolloutConfig,
+        base: Trajectory,
+        pivot: int,
+        *,
+        guidance: str | None = None,
+        kind: str = "retry",
+    ) -> AgentEpisode:
+        """Continue ``base`` from the env state just before its turn ``pivot`` (restored from the checkpoint
+        the base rollout kept; never by re-asking the model).
+
+        The new trajectory's turns before ``pivot`` are the base's, and its token sequence up to the pivot is
+        token-identical to the base's. ``guidance``, if given, is put before the pivot turn's user message
+        in the *generation* context only; the trajectory's training sequence never contains it (R3L.md §1).
+        """
+        if config.history is not None:
+            raise ValueError("resume() needs full-history rollouts (history=None): windowed contexts share no prefix")
+        if not 0 <= pivot < base.num_turns:
+            raise ValueError(f"pivot must be a turn index in [0, {base.num_turns}), got {pivot}")
+        at = base.turns[pivot]
+        if at.checkpoint is None:
+            raise ValueError("the base trajectory has no per-turn checkpoints: roll it out with keep_checkpoints=True")
+        self = cls.__new__(cls)
+        self._setup(env, policy, config)
+        r3l_envs.restore(env, at.checkpoint)
+        self.observation = at.observation
+        previous = base.turns[pivot - 1].info if pivot else {"won": False, "score": 0.0}
+        self.info = {**previous, "task_id": base.task_id, "task": base.task, "admissible_actions": at.admissible}
+        self.trajectory = self._new_trajectory(base.metadata.get("seed"))
+        self.trajectory.kind, self.trajectory.pivot = kind, pivot
+        self.trajectory.metadata["guidance"] = guidance
+        self.trajectory.turns = [copy.deepcopy(t) for t in base.turns[:pivot]]
+        self._shown = [t.prompt_text for t in base.turns[: pivot + 1]]
+        self._sequence = ChatSequence(policy, self._opening(self._shown[0]))
+        for i in range(pivot):
+            self._sequence.add_generation(base.turns[i].response, base.turns[i].token_ids, base.turns[i].logprobs)
+            self._sequence.add_user(self._shown[i + 1])
+        if self._sequence.token_ids != base.token_ids[: at.span[0]]:
+            raise ValueError("rebuilding the base prefix did not reproduce its tokens: was it made by another policy?")
+        self._context = None
+        if guidance:
+            self._context = ChatSequence(policy, self._opening(self._shown[0]))
+            for i in range(pivot):
+                self._context.add_generation(base.turns[i].response, base.turns[i].token_ids, base.turns[i].logprobs)
+                self._context.add_user(f"{guidance}\n\n{self._shown[i + 1]}" if i + 1 == pivot else self._shown[i + 1])
+            if pivot == 0:
+                self._context = ChatSequence(policy, self._opening(f"{guidance}\n\n{self._shown[0]}"))
+        self._checkpoint = at.checkpoint if config.keep_checkpoints else None
+        return self
+
+    def _opening(self, first_user: str) -> list[dict[str, str]]:
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": first_user}]
+
+    @property
+    def admissible(self) -> list[str] | None:
+        return self.info.get("admissible_actions")
+
+    @property
+    def constrained(self) -> bool:
+        """This turn is a choice among admissible actions: constrained mode, the env lists some, and none is a
+        template with a slot to fill (WebShop's ``search[<query>]``), which only free text can fill."""
+        admissible = self.admissible
+        if not (self.config.constrained and admissible):
+            return False
+        return not any(_SLOT.search(a) for a in admissible)
+
+    # ------------------------------------------------------------------ prompts
+    def prompt(self) -> list[int]:
+        """Token ids of the context for the next turn."""
+        if self._context is not None:
+            return list(self._context.token_ids)
+        if self.config.history is None:
+            return list(self._sequence.token_ids)
+        return list(self._windowed().token_ids)
+
+    def _windowed(self, *, final: bool = False) -> ChatSequence:
+        """A fresh context of the last ``history`` turns, built from their generated ids (never re-tokenised);
+        ``final`` leaves out the user turn after the last reply (nothing answers it)."""
+        turns = self.trajectory.turns
+        start = max(0, len(turns) - self.config.history)
+        first = (
+            self._shown[start] if start == 0 else self.template.resume(self.trajectory.task, self._shown[start], start)
+        )
+        seq = ChatSequence(self.policy, self._opening(first))
+        for i in range(start, len(turns)):
+            seq.add_generation(turns[i].response, turns[i].token_ids, turns[i].logprobs)
+            if not (final and i == len(turns) - 1):
+                seq.add_user(self._shown[i + 1])
+        return seq
+
+    def fits(self, prompt: Sequence[int], new_tokens: int) -> bool:
+        """Context-length guard: does a reply of ``new_tokens`` still fit after ``prompt``?"""
+        if len(prompt) + new_tokens <= self.policy.max_context:
+            return True
+        self._finish("context_length")
+        logger.info(
+            "%s task %s: stopped at turn %d, the context (%d tokens + %d new) exceeds max_context %d",
+            self.trajectory.env_id,
+            self.trajectory.task_id,
+            len(self.trajectory.turns),
+            len(prompt),
+            new_tokens,
+            self.policy.max_context,
+        )
+        return False
+
+    # ------------------------------------------------------------------ playing a turn
+    def apply(self, generation: Generation, prompt: Sequence[int] | None = None) -> Turn:
+        """Play a free-text generation: parse it, step the env (or explain the parse failure), record it."""
+        parsed = parse_reply(generation.text, self.template.answer)
+        return self._play(generation, parsed.action, parsed.error, prompt, constrained=False)
+
+    def apply_choice(self, action: str, token_ids: Sequence[int], logprobs: Sequence[float], prompt=None) -> Turn:
+        """Play an admissible action chosen by constrained mode, with the token ids that express it."""
+        generation = Generation(self.policy.decode(token_ids), list(token_ids), list(logprobs), "stop")
+        return self._play(generation, action, None, prompt, constrained=True)
+
+    def _play(self, gen: Generation, action: str | None, error: str | None, prompt, *, constrained: bool) -> Turn:
+        if self.done:
+            raise RuntimeError("this episode has ended; start a new AgentEpisode")
+        turn = Turn(
+            observation=self.observation,
+            response=gen.text,
+            action=action,
+            prompt_text=self._shown[-1],
+            admissible=_jsonable(self.admissible),
+            token_ids=list(gen.token_ids),
+            logprobs=list(gen.logprobs),
+            finish_reason=gen.finish_reason,
+            parse_error=error,
+            constrained=constrained,
+            checkpoint=self._checkpoint,
+        )
+        if self.config.history is None:
+            turn.span = self._sequence.add_generation(gen.text, gen.token_ids, gen.logprobs)
+            if self._context is not None:
+                self._context.add_generation(gen.text, gen.token_ids, gen.logprobs)
+        else:
+            turn.prompt_ids = list(prompt) if prompt is not None else self.prompt()
+        if action is None:
+            # The env is not stepped: its state stays exactly as it was and the agent is told what was wrong.
+            turn.outcome = self.template.feedback(error or "no action")
+            turn.info = _jsonable(self.info)
+            shown = self.template.next_user(self.observation, self.admissible, feedback=turn.outcome)
+        else:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            turn.outcome, turn.reward, turn.terminated, turn.truncated = obs, float(reward), terminated, truncated
+            turn.info = _jsonable(info)
+            self.observation, self.info = obs, info
+            shown = self.template.next_user(obs, info.get("admissible_actions"))
+        self.trajectory.turns.append(turn)
+        self._shown.append(shown)
+        if turn.terminated:
+            self._finish("terminated")
+        elif turn.truncated:
+            self._finish("truncated")
+        elif len(self.trajectory.turns) >= self.max_turns:
+            self._finish("max_turns")
+        else:
+            if self.config.history is None:
+                self._sequence.add_user(shown)
+                if self._context is not None:
+                    self._context.add_user(shown)
+            if self.config.keep_checkpoints:
+                self._checkpoint = r3l_envs.checkpoint(self.env)
+        return turn
+
+    def _finish(self, reason: str) -> None:
+        traj = self.trajectory
+        seq = self._sequence if self.config.history is None else self._windowed(final=True)
+        traj.messages, traj.token_ids = seq.messages, seq.token_ids
+        traj.loss_mask, traj.logprobs = seq.loss_mask, seq.logprobs
+        traj.reward = float(sum(t.reward for t in traj.turns))
+        traj.won = bool(self.info.get("won", False))
+        traj.score = float(self.info.get("score", 0.0))
+        traj.stop_reason = reason
+        self.done = True
+
+
+def _round_seed(seed: int | None, round_index: int) -> int | None:
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([seed, round_index]).generate_state(1)[0])
+
+
+def _choose(scores: Sequence[list[float]], how: str, temperature: float, rng: np.random.Generator) -> int:
+    """Index of the chosen candidate: softmax over (mean or summed) log-likelihoods at the policy temperature."""
+    values = np.array([(sum(s) / max(len(s), 1)) if how == "mean" else sum(s) for s in scores], dtype=np.float64)
+    if temperature == 0:
+        return int(np.argmax(values))
+    logits = values / temperature
+    p = np.exp(logits - logits.max())
+    return int(rng.choice(len(values), p=p / p.sum()))
+
+
+def rollout_batch(
+    envs: Sequence[gym.Env],
+    policy: Policy,
+    config: RolloutConfig | None = None,
+    *,
+    seeds: Sequence[int | None] | None = None,
+    task_ids: Sequence[str | None] | None = None,
+    seed: int | None = None,
+) -> list[Trajectory]:
+    """Play one episode in each env, generating for all running episodes in one batched call per round.
+
+    Args:
+        envs: env instances (from ``gym.make``; one episode each, played to the end).
+        config: how to play; defaults to :class:`RolloutConfig()`.
+        seeds, task_ids: per-env reset seed and task (``None`` entries draw from the env's RNG).
+        seed: seeds sampling; the same seed, envs and policy give the same trajectories.
+    """
+    config = config or RolloutConfig()
+    n = len(envs)
+    seeds = list(seeds) if seeds is not None else [None] * n
+    task_ids = list(task_ids) if task_ids is not None else [None] * n
+    if len(seeds) != n or len(task_ids) != n:
+        raise ValueError(f"{n} envs but {len(seeds)} seeds and {len(task_ids)} task ids")
+    episodes = [AgentEpisode(env, policy, config, seed=s, task_id=t) for env, s, t in zip(envs, seeds, task_ids)]
+    return play(episodes, policy, config, seed=seed)
+
+
+def play(
+    episodes: Sequence[AgentEpisode], policy: Policy, config: RolloutConfig, *, seed: int | None = None
+) -> list[Trajectory]:
+    """Play started episodes (fresh or :meth:`AgentEpisode.resume`-d) to the end, batching generation across
+    them; returns their trajectories in order."""
+    eot = end_of_turn_id(policy) if config.constrained else None
+    stop = config.sampling.stop + tuple(e.template.answer.stop for e in episodes if config.stop_at_action)
+    round_index = 0
+    while True:
+        running = [e for e in episodes if not e.done]
+        if not running:
+            break
+        rseed = _round_seed(seed, round_index)
+        free, chosen = [], []
+        for ep in running:
+            prompt = ep.prompt()
+            if ep.constrained:
+                cands = [
+                    policy.tokenize(ep.template.answer.wrap(a)) + ([eot] if eot is not None else [])
+                    for a in ep.admissible
+                ]
+                if ep.fits(prompt, max(len(c) for c in cands)):
+                    chosen.append((ep, prompt, cands))
+            elif ep.fits(prompt, config.sampling.max_new_tokens):
+                free.append((ep, prompt))
+        if free:
+            params = replace(config.sampling, seed=rseed, stop=tuple(dict.fromkeys(stop)))
+            for (ep, prompt), gen in zip(free, policy.generate([p for _, p in free], params)):
+                ep.apply(gen, prompt)
+        if chosen:
+            pairs = [(prompt, c) for _, prompt, cands in chosen for c in cands]
+            scores = policy.score([p for p, _ in pairs], [c for _, c in pairs])
+            offset = 0
+            for k, (ep, prompt, cands) in enumerate(chosen):
+                mine = scores[offset : offset + len(cands)]
+                offset += len(cands)
+                rng = np.random.default_rng(None if rseed is None else [rseed, k])
+                i = _choose(mine, config.constrained_score, config.sampling.temperature, rng)
+                ep.apply_choice(ep.admissible[i], cands[i], mine[i], prompt)
+        round_index += 1
+    return [e.trajectory for e in episodes]
+
+
+def rollout(
+    env: gym.Env,
+    policy: Policy,
+    config: RolloutConfig | None = None,
+    *,
+    seed: int | None = None,
+    task_id: str | None = None,
+    sample_seed: int | None = None,
+) -> Trajectory:
+    """Play one episode of ``env`` with ``policy`` (reset with ``seed``/``task_id``; ``sample_seed`` seeds
+    sampling). See :func:`rollout_batch`."""
+    return rollout_batch([env], policy, config, seeds=[seed], task_ids=[task_id], seed=sample_seed)[0]
