@@ -15,8 +15,9 @@ from typing import Any
 
 import torch
 
+from r3l_learn.chat_io import HFTokenizerIO
 from r3l_learn.models import resolve_model
-from wrappers.policy import Generation, SamplingParams, encodable
+from wrappers.policy import Generation, SamplingParams
 
 __all__ = ["HFPolicy", "auto_dtype"]
 
@@ -38,7 +39,7 @@ def auto_dtype(device: str = "cpu") -> str:
     return "bfloat16" if {"avx512_bf16", "amx_bf16"} & set(flags) else "float32"
 
 
-class HFPolicy:
+class HFPolicy(HFTokenizerIO):
     """A :class:`wrappers.Policy` over a ``transformers`` causal LM and its tokenizer."""
 
     def __init__(self, model: Any, tokenizer: Any, *, max_context: int | None = None, name: str | None = None):
@@ -72,18 +73,6 @@ class HFPolicy:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
-
-    # ------------------------------------------------------------------ text <-> ids
-    def render(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-
-    def tokenize(self, text: str) -> list[int]:
-        return list(self.tokenizer(encodable(text), add_special_tokens=False)["input_ids"])
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
     # ------------------------------------------------------------------ generation
     @torch.no_grad()

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from r3l_learn.chat_io import HFTokenizerIO
 from r3l_learn.models import tiny_tokenizer
-from wrappers.policy import Generation, SamplingParams, encodable
+from wrappers.policy import Generation, SamplingParams
 
 __all__ = ["ScriptedPolicy"]
 
@@ -19,7 +20,7 @@ __all__ = ["ScriptedPolicy"]
 UNPREFERRED_LOGPROB = -5.0
 
 
-class ScriptedPolicy:
+class ScriptedPolicy(HFTokenizerIO):
     """Replies with ``reply(conversation_text)``; scores continuations by whether they equal that reply.
 
     Args:
@@ -53,17 +54,6 @@ class ScriptedPolicy:
         text = self._replies[self._calls % len(self._replies)]
         self._calls += 1
         return text
-
-    def render(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-
-    def tokenize(self, text: str) -> list[int]:
-        return list(self.tokenizer(encodable(text), add_special_tokens=False)["input_ids"])
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         out = []

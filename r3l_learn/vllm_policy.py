@@ -17,15 +17,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from r3l_learn.chat_io import HFTokenizerIO
 from r3l_learn.models import resolve_model
-from wrappers.policy import Generation, SamplingParams, encodable
+from wrappers.policy import Generation, SamplingParams
 
 __all__ = ["VLLMPolicy"]
 
 logger = logging.getLogger(__name__)
 
 
-class VLLMPolicy:
+class VLLMPolicy(HFTokenizerIO):
     """A :class:`wrappers.Policy` over an in-process ``vllm.LLM``.
 
     Args:
@@ -61,18 +62,6 @@ class VLLMPolicy:
         gen_eos = self.llm.llm_engine.model_config.hf_config.eos_token_id
         eos.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
         self.eos_token_ids: tuple[int, ...] = tuple(sorted(i for i in eos if i is not None))
-
-    # ------------------------------------------------------------------ text <-> ids
-    def render(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-
-    def tokenize(self, text: str) -> list[int]:
-        return list(self.tokenizer(encodable(text), add_special_tokens=False)["input_ids"])
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
     # ------------------------------------------------------------------ generation and scoring
     def _sampling(self, params: SamplingParams, index: int) -> Any:
