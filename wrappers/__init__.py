@@ -39,3 +39,20 @@ __all__ = [
     "rollout",
     "rollout_batch",
 ]
+
+# reflect-retry (issue 7)
+from wrappers.oracle import OracleReflector
+from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig, aggregate_stats
+from wrappers.reflection import PolicyReflector, Reflection, ReflectionRequest, Reflector, parse_reflection
+
+__all__ += [
+    "OracleReflector",
+    "PolicyReflector",
+    "ReflectRetry",
+    "ReflectRetryConfig",
+    "Reflection",
+    "ReflectionRequest",
+    "Reflector",
+    "aggregate_stats",
+    "parse_reflection",
+]

@@ -1,0 +1,159 @@
+"""An oracle reflector: privileged env knowledge names the pivot and the fix, in the reflection schema.
+
+It makes small models useful and isolates the learning algorithm from reflection quality (R3L.md §1).
+What it knows, per env (read from the env itself, never hard-coded):
+
+- math envs: ``env.unwrapped.reference_answer()``; each turn's ``info["correct"]`` says which attempts failed.
+  The pivot is the first attempt that was not correct.
+- TextWorld ``walkthrough()``, ALFWorld ``expert_plan()`` (read right after a reset: the plan from the start),
+  ScienceWorld ``gold_actions(task_id)``, WebShop ``r3l_envs.webshop.oracle.oracle_actions`` (played on the
+  idle env instance). The pivot is the first turn whose action leaves the expert plan (an unusable reply
+  counts as leaving it). Deviating is not always wrong — another path may also work — so a trajectory that
+  won is judged only on length: ``success`` when it took no more steps than the plan, else
+  ``success_but_inefficient`` with the first deviation as pivot.
+
+What the guidance may contain (the oracle uses privileged knowledge to *diagnose*; how much of it reaches the
+retry's context is a choice): by default the guidance names **the expert's next action(s)** at the pivot
+(``reveal_steps=1``; ``0`` only says that the step left the plan) and **never the math answer**
+(``reveal_answer=False``: it says which attempt was wrong and, for numeric answers, whether the correct
+value is larger or smaller). ``reveal_answer=True`` puts the reference answer in the guidance, which makes a
+retry succeed for sure but teaches the auxiliary guided-retry sample to copy; the distilled trajectory never
+contains guidance either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+
+import gymnasium as gym
+
+from wrappers.data import Trajectory
+from wrappers.reflection import Reflection, ReflectionRequest, reflection_messages
+
+__all__ = ["OracleReflector", "expert_plan"]
+
+logger = logging.getLogger(__name__)
+
+
+def expert_plan(env: gym.Env, task_id: str) -> list[str] | None:
+    """The expert's actions that win ``task_id`` from its start, or ``None`` if the env offers none.
+
+    Resets ``env`` (an idle instance) to the task where the plan belongs to the episode."""
+    base = env.unwrapped
+    if hasattr(base, "gold_actions"):  # ScienceWorld: by task id, no reset needed
+        return list(base.gold_actions(task_id))
+    if hasattr(base, "walkthrough") or hasattr(base, "expert_plan"):
+        env.reset(options={"task_id": task_id})
+        return list(base.walkthrough() if hasattr(base, "walkthrough") else base.expert_plan())
+    if type(base).__name__ == "WebShopEnv":
+        from r3l_envs.webshop.oracle import oracle_actions
+
+        env.reset(options={"task_id": task_id})
+        _, actions = oracle_actions(env)
+        return actions
+    return None
+
+
+def _same(a: str, b: str) -> bool:
+    return " ".join(a.lower().split()) == " ".join(b.lower().split())
+
+
+def _number(text: str | None) -> float | None:
+    if text is None:
+        return None
+    cleaned = text.strip().removeprefix("\\boxed{").removesuffix("}").replace(",", "").strip()
+    try:
+        value = float(cleaned)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+class OracleReflector:
+    """Reflections from privileged env knowledge (see the module docstring for what the guidance reveals).
+
+    Args:
+        reveal_answer: math only: put the reference answer in the guidance (default ``False``).
+        reveal_steps: plan envs: how many expert actions from the pivot on the guidance names (default 1).
+    """
+
+    name = "oracle"
+
+    def __init__(self, *, reveal_answer: bool = False, reveal_steps: int = 1):
+        if reveal_steps < 0:
+            raise ValueError(f"reveal_steps must be >= 0, got {reveal_steps}")
+        self.reveal_answer = reveal_answer
+        self.reveal_steps = reveal_steps
+
+    def reflect(self, requests: Sequence[ReflectionRequest]) -> list[Reflection]:
+        out = []
+        for req in requests:
+            if req.env is None:
+                refl = Reflection(None, None, error="no_plan")
+            elif hasattr(req.env.unwrapped, "reference_answer"):
+                refl = self._math(req.trajectory, req.env)
+            else:
+                refl = self._plan(req.trajectory, req.env)
+            refl.source = self.name
+            refl.text = refl.text or refl.as_json()
+            # The prompt a model reflector would have seen: the auxiliary reflection sample teaches the policy
+            # to diagnose like the oracle from what it can see (R3L.md §1.6).
+            refl.prompt = reflection_messages(req.trajectory)
+            out.append(refl)
+        return out
+
+    # ------------------------------------------------------------------ math
+    def _math(self, traj: Trajectory, env: gym.Env) -> Reflection:
+        env.reset(options={"task_id": traj.task_id})
+        reference = env.unwrapped.reference_answer()
+        wrong = [i for i, t in enumerate(traj.turns) if not t.info.get("correct", False)]
+        summary = f"The agent made {traj.num_turns} attempt(s); {len(wrong)} were not correct."
+        if not wrong:
+            return Reflection("success", None, summary=summary)
+        pivot = wrong[0]
+        outcome = "success_but_inefficient" if traj.won else "failure"
+        turn = traj.turns[pivot]
+        if turn.action is None:
+            cause = f"Attempt {pivot} gave no usable answer ({turn.parse_error})."
+        else:
+            cause = f"Attempt {pivot} answered {turn.action!r}, which is wrong."
+        if self.reveal_answer:
+            fix = f"The correct answer is {reference}."
+        else:
+            fix = "Re-derive the answer step by step and check it against every condition of the problem."
+            given, gold = _number(turn.action), _number(reference)
+            if given is not None and gold is not None and given != gold:
+                fix += f" The correct value is {'larger' if gold > given else 'smaller'} than {turn.action.strip()}."
+        return Reflection(outcome, pivot, summary=summary, root_cause=cause, suggestion=fix)
+
+    # ------------------------------------------------------------------ expert plans
+    def _plan(self, traj: Trajectory, env: gym.Env) -> Reflection:
+        plan = expert_plan(env, traj.task_id)
+        if not plan:
+            return Reflection(None, None, error="no_plan")
+        done, pivot = 0, None
+        for i, turn in enumerate(traj.turns):
+            if turn.action is None or done >= len(plan) or not _same(turn.action, plan[done]):
+                pivot = i
+                break
+            done += 1
+        summary = f"The agent took {traj.num_turns} step(s); the expert plan takes {len(plan)}."
+        if traj.won:
+            if pivot is None or traj.num_turns <= len(plan):
+                return Reflection("success", None, summary=summary)
+            outcome = "success_but_inefficient"
+        else:
+            outcome = "failure"
+        if pivot is None:  # followed the plan throughout and still did not win: nothing to correct
+            return Reflection(outcome, None, summary=summary, error="no_deviation")
+        turn = traj.turns[pivot]
+        did = f"gave no usable action ({turn.parse_error})" if turn.action is None else f"did {turn.action!r}"
+        cause = f"At step {pivot} the agent {did}, which leaves the plan that solves the task."
+        ahead = plan[done : done + self.reveal_steps]
+        if ahead:
+            fix = "From here, do: " + ", then ".join(repr(a) for a in ahead) + "."
+        else:
+            fix = "Reconsider this step: it does not bring you closer to the goal."
+        return Reflection(outcome, pivot, summary=summary, root_cause=cause, suggestion=fix)

@@ -1,0 +1,377 @@
+"""The reflect-retry wrapper: stitched trajectory groups from pivot restarts (R3L.md §1–2), for any learner.
+
+``ReflectRetry(env, policy, reflector).collect(task_ids)`` returns one :class:`TrajectoryGroup` per task:
+
+1. ``N/2`` base rollouts per task (all tasks' episodes batched into one generation call per round), with
+   a checkpoint of the env before every turn.
+2. One reflection per base (batched), stored in ``base.metadata["reflection"]``.
+3. For each base whose reflection is usable, not ``success`` and names a pivot ``p``: the env is restored
+   from the checkpoint the base took before turn ``p`` (native restore or verified replay — the prefix is
+   never regenerated), the guidance goes into the generation context only, and the policy plays the retry
+   suffix. All retries are batched together.
+4. The retry is the *distilled* trajectory (``kind="retry"``): its tokens up to the pivot are the base's,
+   token-identical; the guidance is not in it; the pivot's observation appears once.
+5. Pivotal credit (§2): for a base that got a retry and for the retry, agent tokens of turns ``< p`` get loss
+   mask 0. Bases without a retry keep all their agent tokens.
+6. Auxiliary samples (``reflection`` and ``guided_retry``) only when the retry verifiably beat its base
+   (§1.6): retry reward ≥ ``success_threshold`` and (retry reward > base reward, or equal reward in fewer
+   turns).
+7. Optionally extra bases fill every group to ``N`` members (``fill=True``).
+
+A group carries what a learner needs and nothing tied to R³L's loss: rewards, kinds, pivots, masks, token
+ids, generation log-probs (a retry's suffix log-probs were taken *with* the guidance in context — they are
+off-policy for the distilled sequence, ``metadata["guided_logprobs"]``), auxiliary samples, and
+``metadata["stats"]``. See ``examples/grpo_with_reflect_retry.py`` for a user's own GRPO consuming them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import gymnasium as gym
+
+from wrappers.chat import ChatSequence
+from wrappers.data import Sample, Trajectory, TrajectoryGroup
+from wrappers.policy import Policy, SamplingParams
+from wrappers.reflection import Reflection, ReflectionRequest, Reflector
+from wrappers.rollout import AgentEpisode, RolloutConfig, play
+
+__all__ = ["ReflectRetry", "ReflectRetryConfig", "aggregate_stats", "beats", "pivotal_mask"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReflectRetryConfig:
+    """How groups are built.
+
+    Attributes:
+        group_size: the group budget N; ``N // 2`` bases are rolled out per task.
+        rollout: how episodes are played (``keep_checkpoints`` is forced on; ``history`` must stay ``None``
+            since a retry shares its prefix with the base).
+        fill: add extra bases so every group has ``group_size`` members.
+        pivotal_credit: zero the loss mask of turns before the pivot (R3L.md §2); off for the ablation.
+        aux_samples: build the auxiliary ``reflection`` / ``guided_retry`` samples (R3L.md §1.6).
+        success_threshold: the reward a retry must reach to count as having beaten its base.
+        keep_checkpoints: keep the per-turn env checkpoints in the output (off: groups stay small).
+    """
+
+    group_size: int = 8
+    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(sampling=SamplingParams(temperature=1.0)))
+    fill: bool = False
+    pivotal_credit: bool = True
+    aux_samples: bool = True
+    success_threshold: float = 1.0
+    keep_checkpoints: bool = False
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2 (N/2 bases plus their retries), got {self.group_size}")
+        if self.rollout.history is not None:
+            raise ValueError("reflect-retry needs full-history rollouts: set RolloutConfig(history=None)")
+
+
+def beats(retry: Trajectory, base: Trajectory, success_threshold: float = 1.0) -> bool:
+    """R3L.md §1.6: the retry reached the success threshold and did better than its base (more reward, or the
+    same reward in fewer turns)."""
+    if retry.reward < success_threshold:
+        return False
+    return retry.reward > base.reward or (retry.reward == base.reward and retry.num_turns < base.num_turns)
+
+
+def pivotal_mask(traj: Trajectory, pivot: int) -> list[int]:
+    """``traj.loss_mask`` with the agent tokens of turns before ``pivot`` set to 0 (R3L.md §2)."""
+    mask = list(traj.loss_mask)
+    for turn in traj.turns[:pivot]:
+        if turn.span is None:
+            raise ValueError("pivotal credit needs full-history trajectories (every turn has a span)")
+        start, end = turn.span
+        mask[start:end] = [0] * (end - start)
+    return mask
+
+
+class ReflectRetry:
+    """Collect reflect-retry groups.
+
+    Args:
+        env: a registered env id (made with ``env_kwargs``) or a zero-argument factory returning a new env.
+        policy: the policy that plays bases and retries (any :class:`wrappers.Policy`).
+        reflector: any :class:`wrappers.reflection.Reflector` (``PolicyReflector(policy)`` for self-reflection,
+            ``OracleReflector()`` for privileged diagnoses).
+        config: see :class:`ReflectRetryConfig`.
+        env_kwargs: ``gym.make`` keyword arguments when ``env`` is an id.
+
+    Env instances are made on first need and reused across ``collect`` calls (one per concurrent episode).
+    """
+
+    def __init__(
+        self,
+        env: str | Callable[[], gym.Env],
+        policy: Policy,
+        reflector: Reflector,
+        config: ReflectRetryConfig | None = None,
+        *,
+        env_kwargs: dict[str, Any] | None = None,
+    ):
+        if isinstance(env, str):
+            kwargs = dict(env_kwargs or {})
+            self._make: Callable[[], gym.Env] = lambda: gym.make(env, **kwargs)
+        else:
+            if env_kwargs:
+                raise ValueError("env_kwargs only apply to an env id; bake them into the factory instead")
+            self._make = env
+        self.policy, self.reflector = policy, reflector
+        self.config = config or ReflectRetryConfig()
+        self._rollout = replace(self.config.rollout, keep_checkpoints=True)
+        self._envs: list[gym.Env] = []
+
+    def _pool(self, n: int) -> list[gym.Env]:
+        while len(self._envs) < n:
+            self._envs.append(self._make())
+        return self._envs[:n]
+
+    def close(self) -> None:
+        """Close the env instances this wrapper made."""
+        for env in self._envs:
+            env.close()
+        self._envs.clear()
+
+    # ------------------------------------------------------------------ collection
+    def collect(self, task_ids: Sequence[str], *, seed: int | None = None) -> list[TrajectoryGroup]:
+        """One group per task id, in order. ``seed`` makes env resets and sampling reproducible."""
+        cfg = self.config
+        k = cfg.group_size // 2
+        jobs = [(g, task) for g, task in enumerate(task_ids) for _ in range(k)]
+        lap = _Lap()
+        bases = self._bases(jobs, seed, 0)
+        envs = self._pool(len(jobs))
+        logger.info("reflect-retry: %d bases for %d tasks in %.1fs", len(bases), len(task_ids), lap())
+        reflections = self.reflector.reflect([ReflectionRequest(b, env) for b, env in zip(bases, envs, strict=True)])
+        if len(reflections) != len(bases):
+            raise RuntimeError(f"the reflector returned {len(reflections)} reflections for {len(bases)} trajectories")
+        logger.info("reflect-retry: %d reflections in %.1fs", len(reflections), lap())
+        retries = self._retries(bases, reflections, envs, seed)
+        logger.info("reflect-retry: %d retries in %.1fs", sum(r is not None for r in retries), lap())
+        groups = [TrajectoryGroup(env_id="", task_id=task) for task in task_ids]
+        stats = [_Stats() for _ in task_ids]
+        for (g, _), base, refl, retry in zip(jobs, bases, reflections, retries, strict=True):
+            if refl.ok and refl.outcome == "success" and not base.won:
+                # The env's verdict wins; the claim is kept (no retry, as the reflector asked) but counted.
+                refl.notes.append("success_claimed_on_failure")
+            base.metadata["reflection"] = refl.to_dict()
+            stats[g].reflection(refl)
+            groups[g].trajectories.append(base)
+            if retry is None:
+                continue
+            base.metadata["retried"] = True
+            retry.metadata["base_index"] = len(groups[g].trajectories) - 1
+            retry.metadata["guided_logprobs"] = True
+            won = beats(retry, base, cfg.success_threshold)
+            retry.metadata["beat_base"] = won
+            stats[g].retry(retry, won, cfg.success_threshold)
+            if cfg.pivotal_credit:
+                base.loss_mask = pivotal_mask(base, retry.pivot)
+                retry.loss_mask = pivotal_mask(retry, retry.pivot)
+            groups[g].trajectories.append(retry)
+            if won and cfg.aux_samples:
+                groups[g].samples += self._aux(base, refl, retry)
+        if cfg.fill:
+            self._fill(groups, seed)
+        for group, st in zip(groups, stats, strict=True):
+            group.env_id = group.trajectories[0].env_id
+            group.metadata["stats"] = st.as_dict()
+            group.metadata["group_size"] = cfg.group_size
+            if not cfg.keep_checkpoints:
+                for traj in group.trajectories:
+                    for turn in traj.turns:
+                        turn.checkpoint = None
+        return groups
+
+    def _bases(self, jobs: Sequence[tuple[int, str]], seed: int | None, phase: int) -> list[Trajectory]:
+        envs = self._pool(len(jobs))
+        episodes = [
+            AgentEpisode(
+                env,
+                self.policy,
+                self._rollout,
+                seed=None if seed is None else seed * 1_000_003 + phase * 10_007 + i,
+                task_id=task,
+            )
+            for i, (env, (_, task)) in enumerate(zip(envs, jobs, strict=True))
+        ]
+        trajs = play(episodes, self.policy, self._rollout, seed=None if seed is None else seed + phase)
+        for t in trajs:
+            t.kind = "base"
+        return trajs
+
+    def _retries(
+        self, bases: Sequence[Trajectory], reflections: Sequence[Reflection], envs: Sequence[gym.Env], seed: int | None
+    ) -> list[Trajectory | None]:
+        episodes: list[AgentEpisode | None] = []
+        for base, refl, env in zip(bases, reflections, envs, strict=True):
+            if not refl.wants_retry:
+                episodes.append(None)
+                continue
+            # Restores from the base's own checkpoint before turn p: native or verified replay, no regeneration.
+            episodes.append(
+                AgentEpisode.resume(env, self.policy, self._rollout, base, refl.pivot, guidance=refl.guidance())
+            )
+        running = [e for e in episodes if e is not None]
+        if running:
+            play(running, self.policy, self._rollout, seed=None if seed is None else seed + 7_919)
+        return [None if e is None else e.trajectory for e in episodes]
+
+    def _fill(self, groups: list[TrajectoryGroup], seed: int | None) -> None:
+        jobs = [
+            (g, grp.task_id)
+            for g, grp in enumerate(groups)
+            for _ in range(self.config.group_size - len(grp.trajectories))
+        ]
+        if not jobs:
+            return
+        for (g, _), extra in zip(jobs, self._bases(jobs, seed, 1), strict=True):
+            extra.metadata["extra"] = True
+            groups[g].trajectories.append(extra)
+
+    # ------------------------------------------------------------------ auxiliary samples
+    def _aux(self, base: Trajectory, refl: Reflection, retry: Trajectory) -> list[Sample]:
+        """The reflection sample (prompt → diagnosis) and the guided-retry sample (prefix + guidance → suffix)."""
+        policy, meta = self.policy, {"task_id": base.task_id, "pivot": retry.pivot, "reward": retry.reward}
+        samples = []
+        if refl.prompt:
+            prompt = policy.tokenize(policy.render(refl.prompt, add_generation_prompt=True))
+            own = (
+                refl.token_ids is not None
+                and getattr(self.reflector, "policy", None) is policy
+                and getattr(self.reflector, "prefill", None) is None
+            )
+            # A reflection the policy generated keeps its exact ids; another reflector's (a model's, the oracle's)
+            # is taught in canonical form (clean JSON, repaired pivot), tokenised once and ended like a turn.
+            text = refl.text if own else refl.as_json()
+            target = list(refl.token_ids) if own else [*policy.tokenize(text), policy.eos_token_ids[0]]
+            samples.append(
+                Sample(
+                    kind="reflection",
+                    token_ids=prompt + target,
+                    loss_mask=[0] * len(prompt) + [1] * len(target),
+                    messages=[*refl.prompt, {"role": "assistant", "content": text}],
+                    metadata=dict(meta),
+                )
+            )
+        samples.append(self._guided(retry, retry.metadata.get("guidance") or refl.guidance(), dict(meta)))
+        return samples
+
+    def _guided(self, retry: Trajectory, guidance: str, meta: dict[str, Any]) -> Sample:
+        """The retry as it was generated: guidance before the pivot's user turn; only turns >= p are target."""
+        p = retry.pivot
+        shown = [t.prompt_text for t in retry.turns]
+        first = f"{guidance}\n\n{shown[0]}" if p == 0 else shown[0]
+        seq = ChatSequence(self.policy, [retry.messages[0], {"role": "user", "content": first}])
+        for i, turn in enumerate(retry.turns):
+            start = len(seq)
+            seq.add_generation(turn.response, turn.token_ids, turn.logprobs)
+            if i < p:  # the prefix is context, not target (R3L.md §2)
+                seq.loss_mask[start:] = [0] * (len(seq) - start)
+            if i + 1 < len(retry.turns):
+                seq.add_user(f"{guidance}\n\n{shown[i + 1]}" if i + 1 == p else shown[i + 1])
+        return Sample(
+            kind="guided_retry", token_ids=seq.token_ids, loss_mask=seq.loss_mask, messages=seq.messages, metadata=meta
+        )
+
+
+class _Lap:
+    """Seconds since the previous call (or since creation), for phase timings in the log."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+
+    def __call__(self) -> float:
+        now = time.perf_counter()
+        elapsed, self._last = now - self._last, now
+        return elapsed
+
+
+class _Stats:
+    """Per-group counters (see :func:`aggregate_stats` for the fields)."""
+
+    def __init__(self) -> None:
+        self.bases = self.parsed = self.retries = self.beat = self.retry_success = 0
+        self.failures: Counter[str] = Counter()
+        self.notes: Counter[str] = Counter()
+        self.pivots: list[int] = []
+        self.retry_tokens = self.retry_steps = self.scratch_tokens = self.scratch_steps = 0
+
+    def reflection(self, refl: Reflection) -> None:
+        self.bases += 1
+        if refl.ok:
+            self.parsed += 1
+        else:
+            self.failures[refl.error or "unknown"] += 1
+        self.notes.update(refl.notes)
+
+    def retry(self, retry: Trajectory, won: bool, threshold: float) -> None:
+        p = retry.pivot or 0
+        self.retries += 1
+        self.beat += won
+        self.retry_success += retry.reward >= threshold
+        self.pivots.append(p)
+        suffix = retry.turns[p:]
+        self.retry_tokens += sum(len(t.token_ids) for t in suffix)
+        self.retry_steps += sum(t.action is not None for t in suffix)
+        # From scratch, the prefix would have been generated and stepped again.
+        self.scratch_tokens += retry.num_tokens
+        self.scratch_steps += sum(t.action is not None for t in retry.turns)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "bases": self.bases,
+            "reflections_parsed": self.parsed,
+            "reflection_failures": dict(self.failures),
+            "reflection_notes": dict(self.notes),
+            "retries": self.retries,
+            "retries_beat_base": self.beat,
+            "retries_succeeded": self.retry_success,
+            "pivots": self.pivots,
+            "retry_tokens": self.retry_tokens,
+            "retry_env_steps": self.retry_steps,
+            "scratch_tokens": self.scratch_tokens,
+            "scratch_env_steps": self.scratch_steps,
+        }
+
+
+def aggregate_stats(groups: Sequence[TrajectoryGroup]) -> dict[str, Any]:
+    """Sum the per-group stats and derive the rates: parse rate, retry success rate, fraction of retries that
+    beat their base (the paper reports 0.65 on ALFWorld), mean pivot, and retry cost relative to retrying
+    from scratch (tokens and env steps)."""
+    total: dict[str, Any] = {"groups": len(groups)}
+    failures: Counter[str] = Counter()
+    notes: Counter[str] = Counter()
+    pivots: list[int] = []
+    for group in groups:
+        st = group.metadata.get("stats", {})
+        for key, value in st.items():
+            if key == "reflection_failures":
+                failures.update(value)
+            elif key == "reflection_notes":
+                notes.update(value)
+            elif key == "pivots":
+                pivots += value
+            else:
+                total[key] = total.get(key, 0) + value
+    total["reflection_failures"], total["reflection_notes"] = dict(failures), dict(notes)
+
+    def ratio(a: float, b: float) -> float | None:
+        return a / b if b else None
+
+    total["parse_rate"] = ratio(total.get("reflections_parsed", 0), total.get("bases", 0))
+    total["retry_success_rate"] = ratio(total.get("retries_succeeded", 0), total.get("retries", 0))
+    total["beat_base_rate"] = ratio(total.get("retries_beat_base", 0), total.get("retries", 0))
+    total["mean_pivot"] = ratio(sum(pivots), len(pivots))
+    total["token_cost_vs_scratch"] = ratio(total.get("retry_tokens", 0), total.get("scratch_tokens", 0))
+    total["step_cost_vs_scratch"] = ratio(total.get("retry_env_steps", 0), total.get("scratch_env_steps", 0))
+    return total
