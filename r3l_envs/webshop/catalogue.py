@@ -1,7 +1,7 @@
 """One catalogue (products, goals, search index) per source, built once on disk and shared read-only.
 
 :func:`open_catalogue` returns the process-wide :class:`Catalogue` for a source, building its folder under
-``cache_root()/webshop/`` first if no process has (see :func:`r3l_envs.webshop.store.build_once`). Every env
+``cache_root()/webshop/`` first if no process has (see :func:`r3l_envs.cache.build_dir_once`). Every env
 instance of a process holds the same object, and every process maps the same files, so an extra env costs
 only its session state.
 """
@@ -15,10 +15,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from r3l_envs.cache import build_dir_once, cache_root
 from r3l_envs.errors import MalformedDataError
 from r3l_envs.webshop import generate, realdata
 from r3l_envs.webshop.search import SearchIndex, build_index, product_text
-from r3l_envs.webshop.store import RecordFile, build_once, cache_root, write_records
+from r3l_envs.webshop.store import RecordFile, write_records
 
 __all__ = ["Catalogue", "generated_splits", "open_catalogue"]
 
@@ -140,6 +141,6 @@ def open_catalogue(
     with _OPEN_LOCK:
         catalogue = _OPEN.get(folder)
         if catalogue is None:
-            build_once(folder, build)
+            build_dir_once(folder, build)
             catalogue = _OPEN[folder] = Catalogue(folder)
         return catalogue

@@ -1,40 +1,27 @@
-"""Read-only, memory-mapped record files and the once-only, concurrency-safe build of a catalogue folder.
+"""Read-only, memory-mapped record files: how a catalogue folder stores products and goals.
 
 A catalogue folder holds, for ``products`` and ``goals``, a ``NAME.jsonl`` blob (one JSON record per line) and
 ``NAME.offsets.npy`` (the byte offset of every record, plus the end). Readers map both read-only: every env in
 every process shares the same page-cache pages, and a record is decoded only when a page shows it.
 
-:func:`build_once` creates a folder at most once per machine: under an exclusive file lock it builds into a
-temporary sibling and renames it into place, so concurrent builders (pytest-xdist workers, several training
-processes) wait for the first one and then all read its result; a crash mid-build leaves no half folder.
+Catalogue folders are built once per machine by :func:`r3l_envs.cache.build_dir_once`.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import mmap
 import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["RecordFile", "build_once", "cache_root", "write_records"]
+__all__ = ["RecordFile", "write_records"]
 
 logger = logging.getLogger(__name__)
-
-#: Written last into a finished folder; its presence means the folder is complete.
-COMPLETE_MARKER = "complete.json"
-
-
-def cache_root() -> Path:
-    """``$R3L_CACHE_DIR`` or ``~/.cache/r3l``: where built catalogues and indexes live."""
-    return Path(os.environ.get("R3L_CACHE_DIR") or Path.home() / ".cache" / "r3l")
 
 
 def write_records(folder: Path, name: str, records: Iterable[dict[str, Any]]) -> int:
@@ -70,31 +57,3 @@ class RecordFile:
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("RecordFile maps a file; pickle the catalogue's spec and reopen it instead")
-
-
-def build_once(folder: Path, build: Callable[[Path], None]) -> Path:
-    """Make sure ``folder`` exists and is complete, running ``build(tmp_folder)`` at most once machine-wide."""
-    if (folder / COMPLETE_MARKER).exists():
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = folder.parent / f".{folder.name}.lock"
-    with open(lock_path, "a+") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            if (folder / COMPLETE_MARKER).exists():  # another process built it while we waited
-                return folder
-            if folder.exists():  # a folder without the marker is debris of an older crash
-                shutil.rmtree(folder)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-            tmp.chmod(0o755)  # mkdtemp makes it private; the finished catalogue is plain read-only data
-            try:
-                logger.info("building %s", folder)
-                build(tmp)
-                (tmp / COMPLETE_MARKER).write_text(json.dumps({"folder": folder.name}))
-                os.replace(tmp, folder)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-    return folder

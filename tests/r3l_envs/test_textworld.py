@@ -149,7 +149,7 @@ def test_failed_build_leaves_nothing_in_the_cache(tmp_path):
 
     with pytest.raises(RuntimeError, match="generator crashed"):
         build_dir_once(tmp_path / "entry", crash)
-    assert list(tmp_path.iterdir()) == []
+    assert [p for p in tmp_path.iterdir() if p.suffix != ".lock"] == []  # the builders' lock file may stay
     built = build_dir_once(tmp_path / "entry", lambda folder: (folder / "ok").touch())
     assert [p.name for p in built.iterdir()] == ["ok"]
     assert build_dir_once(tmp_path / "entry", crash) == built  # an existing entry is never rebuilt
