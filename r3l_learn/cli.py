@@ -1,4 +1,4 @@
-"""The ``r3l`` command line: ``r3l demo``, ``r3l envs``, ``r3l check ID [key=value ...]``."""
+"""The ``r3l`` command line: ``demo``, ``envs``, ``check``, ``eval`` and ``show`` (``r3l --help``)."""
 
 from __future__ import annotations
 
@@ -75,6 +75,22 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from wrappers.data import TrajectoryGroup, load_jsonl
+    from wrappers.show import render_html, render_text
+
+    groups = [g for g in load_jsonl(args.path) if isinstance(g, TrajectoryGroup)][: args.limit]
+    if not groups:
+        raise SystemExit(f"r3l show: {args.path} holds no trajectory groups (write them with wrappers.save_jsonl)")
+    print(render_text(groups))
+    if args.html:
+        Path(args.html).write_text(render_html(groups, title=f"r3l show {args.path}"), encoding="utf-8")
+        print(f"wrote {args.html}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="r3l", description="Reflect-then-Retry RL for LLM agents on text envs.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -115,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--out", default=None, help="JSONL path (default r3l-eval-<Env>-<split>.jsonl)")
     ev.add_argument("kwargs", nargs="*", help="make() kwargs as key=value")
     ev.set_defaults(func=_eval)
+
+    show = sub.add_parser("show", help="render trajectory groups (base beside retry, pivot marked)")
+    show.add_argument("path", help="a JSONL file of TrajectoryGroups (wrappers.save_jsonl)")
+    show.add_argument("--html", default=None, help="also write the view as a static HTML page here")
+    show.add_argument("--limit", type=int, default=None, help="show at most this many groups")
+    show.set_defaults(func=_show)
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")

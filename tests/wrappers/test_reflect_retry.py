@@ -269,3 +269,17 @@ def test_a_success_claimed_on_a_failed_base_is_counted():
     (group,) = rr.collect(["corridor-train-000004"], seed=0)
     assert [t.kind for t in group.trajectories] == ["base"] and not group.trajectories[0].won
     assert group.metadata["stats"]["reflection_notes"] == {"success_claimed_on_failure": 1}
+
+
+def test_r3l_show_renders_base_beside_retry_with_the_pivot(corridor_groups, tmp_path, capsys):
+    from r3l_learn.cli import main
+
+    _, groups = corridor_groups
+    save_jsonl(tmp_path / "groups.jsonl", groups)
+    assert main(["show", str(tmp_path / "groups.jsonl"), "--html", str(tmp_path / "groups.html")]) == 0
+    text = capsys.readouterr().out
+    retry = next(t for g in groups for t in g.trajectories if t.kind == "retry")
+    assert f"pivot {retry.pivot}" in text and "▶" in text and "reflection" in text
+    assert retry.turns[retry.pivot].action in text
+    page = (tmp_path / "groups.html").read_text()
+    assert page.startswith("<!doctype html>") and "class='pivot'" in page and "<script" not in page
