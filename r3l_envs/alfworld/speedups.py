@@ -159,21 +159,21 @@ def _install_derivation_cache() -> None:
     variables_of_type = State.variables_of_type
     derive = ContextSensitiveGrammar.derive
 
-    def tracked_facts_with_signature(self: Any, sig: Any) -> Any:
-        found = facts_with_signature(self, sig)
-        for reads in _reading():
-            if self is not reads.state:
-                reads.usable = False
-            reads.facts.setdefault(sig, frozenset(found))
-        return found
+    def tracked(read: Any, store: str) -> Any:
+        """``read`` (a State query) that also records its answer in every open derivation's ``store``."""
 
-    def tracked_variables_of_type(self: Any, type: str) -> Any:
-        found = variables_of_type(self, type)
-        for reads in _reading():
-            if self is not reads.state:
-                reads.usable = False
-            reads.types.setdefault(type, frozenset(found))
-        return found
+        def tracked_read(self: Any, key: Any) -> Any:
+            found = read(self, key)
+            for reads in _reading():
+                if self is not reads.state:
+                    reads.usable = False
+                getattr(reads, store).setdefault(key, frozenset(found))
+            return found
+
+        return tracked_read
+
+    tracked_facts_with_signature = tracked(facts_with_signature, "facts")
+    tracked_variables_of_type = tracked(variables_of_type, "types")
 
     def cached_derive(self: Any, start: str, context: dict[str, Any] = {}) -> str:  # noqa: B006 - as upstream
         state = context.get("state") if context else None

@@ -40,12 +40,6 @@ def test_every_math_id_is_covered():
 
 
 @pytest.mark.parametrize("env_id", list(MATH_ENVS))
-def test_check_env(env_id):
-    with _make(env_id) as env:
-        r3l_envs.check_env(env)
-
-
-@pytest.mark.parametrize("env_id", list(MATH_ENVS))
 def test_solving_on_the_last_attempt(env_id):
     with _make(env_id) as env:
         obs, info = env.reset(seed=3)

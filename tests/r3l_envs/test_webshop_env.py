@@ -25,10 +25,6 @@ def env():
     return WebShopEnv(num_products=N, split="train")
 
 
-def test_check_env_passes():
-    r3l_envs.check_env(gym.make("r3l/WebShop-v0", num_products=N), max_steps=10)
-
-
 def test_splits_follow_webshop_layout_scaled_down():
     sizes = {split: len(WebShopEnv(num_products=N, split=split).task_ids) for split in ("test", "valid", "train")}
     assert sizes == {"test": 30, "valid": 30, "train": 240}
