@@ -1,0 +1,109 @@
+"""Advantage estimators: pure functions of per-trajectory rewards and group membership, in a registry.
+
+Every estimator has the same keyword signature, ``fn(rewards, group_index, **hyper) -> advantages``:
+
+- ``rewards``: float tensor ``(n,)``, one episode reward per trajectory;
+- ``group_index``: long tensor ``(n,)``, which group (task) each trajectory belongs to (any integer labels);
+- returns a float tensor ``(n,)``, one advantage per trajectory (broadcast over its tokens by the loss).
+
+Register your own with ``@register_advantage("name")``; the learner looks estimators up by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["ADVANTAGES", "AdvantageFn", "get_advantage", "group_mean", "register_advantage"]
+
+AdvantageFn = Callable[..., torch.Tensor]
+
+#: name -> estimator
+ADVANTAGES: dict[str, AdvantageFn] = {}
+
+
+def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Decorator: add an estimator to :data:`ADVANTAGES` under ``name``."""
+
+    def add(fn: AdvantageFn) -> AdvantageFn:
+        if name in ADVANTAGES:
+            raise ValueError(f"advantage {name!r} is already registered")
+        ADVANTAGES[name] = fn
+        return fn
+
+    return add
+
+
+def get_advantage(name: str) -> AdvantageFn:
+    """The estimator registered as ``name``; the error lists the known names."""
+    if name not in ADVANTAGES:
+        raise KeyError(f"unknown advantage {name!r}; registered: {sorted(ADVANTAGES)}")
+    return ADVANTAGES[name]
+
+
+def _check(rewards: torch.Tensor, group_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if rewards.dim() != 1 or group_index.shape != rewards.shape:
+        raise ValueError(
+            f"rewards and group_index must be 1-D tensors of the same length, got {tuple(rewards.shape)} and "
+            f"{tuple(group_index.shape)}"
+        )
+    _, dense = torch.unique(group_index, return_inverse=True)
+    return rewards.double(), dense
+
+
+def group_mean(values: torch.Tensor, dense_index: torch.Tensor) -> torch.Tensor:
+    """Each entry replaced by the mean of its group (``dense_index`` in ``0..G-1``)."""
+    groups = int(dense_index.max()) + 1 if dense_index.numel() else 0
+    sums = torch.zeros(groups, dtype=values.dtype).index_add_(0, dense_index, values)
+    counts = torch.zeros(groups, dtype=values.dtype).index_add_(0, dense_index, torch.ones_like(values))
+    return (sums / counts)[dense_index]
+
+
+@register_advantage("r3l")
+def r3l_advantage(
+    rewards: torch.Tensor, group_index: torch.Tensor, *, alpha: float = 3.0, max_reward: float = 1.0
+) -> torch.Tensor:
+    """R³L's positive amplification (R3L.md §3): with ``A = r - mean_group(r)`` (no std normalisation),
+    ``α`` for a full success (``r >= max_reward``), ``α·A`` where ``A > 0``, and ``A`` otherwise.
+
+    A group where every member succeeds still pushes them up (α each); an all-failure group of equal rewards
+    gets zero. The released code gives a full success 1 instead of α; we follow the paper.
+    """
+    r, dense = _check(rewards, group_index)
+    a = r - group_mean(r, dense)
+    out = torch.where(a > 0, alpha * a, a)
+    out = torch.where(r >= max_reward, torch.full_like(r, alpha), out)
+    return out.to(rewards.dtype)
+
+
+@register_advantage("grpo")
+def grpo_advantage(rewards: torch.Tensor, group_index: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
+    """GRPO: ``(r - mean) / (std + eps)`` within each group, with the unbiased (n-1) std as in TRL and verl.
+    A single-member group has no spread and gets 0."""
+    r, dense = _check(rewards, group_index)
+    centred = r - group_mean(r, dense)
+    counts = _group_sizes(dense)
+    var = group_mean(centred**2, dense) * counts / (counts - 1).clamp(min=1)
+    out = torch.where(counts > 1, centred / (var.sqrt() + eps), torch.zeros_like(r))
+    return out.to(rewards.dtype)
+
+
+@register_advantage("mean_baseline")
+def mean_baseline_advantage(rewards: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
+    """REINFORCE with the group mean as baseline, ``r - mean_group(r)`` (OPMD; also R³L without
+    amplification)."""
+    r, dense = _check(rewards, group_index)
+    return (r - group_mean(r, dense)).to(rewards.dtype)
+
+
+@register_advantage("raft")
+def raft_advantage(rewards: torch.Tensor, group_index: torch.Tensor, *, threshold: float = 1.0) -> torch.Tensor:
+    """RAFT's success filter: 1 for trajectories with ``r >= threshold``, 0 for the rest, so a REINFORCE
+    objective becomes supervised fine-tuning on the successes."""
+    _check(rewards, group_index)
+    return (rewards >= threshold).to(rewards.dtype)
+
+
+def _group_sizes(dense: torch.Tensor) -> torch.Tensor:
+    return torch.bincount(dense).double()[dense]

@@ -1,0 +1,124 @@
+"""From trajectory groups to training rows: one token sequence each, with its loss mask and advantage.
+
+This is the only place that reads :class:`wrappers.TrajectoryGroup`; the objective functions see tensors.
+Any group source works — :class:`wrappers.ReflectRetry`, plain sampling, or groups a user brings from JSONL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from r3l_learn.advantages import get_advantage
+from r3l_learn.algorithms import Algorithm
+from wrappers.data import TrajectoryGroup
+
+__all__ = ["Batch", "Row", "collate", "micro_batches", "rows_from_groups"]
+
+
+@dataclass
+class Row:
+    """One training sequence.
+
+    Attributes:
+        token_ids: the whole sequence (prompt, observations and generated turns).
+        loss_mask: 1 on the tokens this row trains (after pivotal credit, where the group builder applied it).
+        old_logprobs: generation log-probs aligned with ``token_ids`` (0.0 where the mask is 0).
+        advantage: the trajectory's advantage (1.0 for auxiliary samples, which are plain SFT targets).
+        aux: an auxiliary sample (R³L's ``reflection`` / ``guided_retry``), trained by the SFT term.
+        kind: ``base``, ``retry``, ``reflection``, ``guided_retry``, ...
+        group: index of the group it came from.
+    """
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    old_logprobs: list[float]
+    advantage: float
+    aux: bool = False
+    kind: str = "base"
+    group: int = 0
+
+    @property
+    def num_target_tokens(self) -> int:
+        return int(sum(self.loss_mask))
+
+
+def rows_from_groups(groups: Sequence[TrajectoryGroup], algorithm: Algorithm, *, alpha: float = 3.0) -> list[Row]:
+    """Policy rows (every trajectory's sequences with its advantage) followed by the auxiliary rows.
+
+    Advantages are computed over each group's trajectories with ``algorithm.advantage``. A trajectory with a
+    windowed history contributes one row per turn, all with the trajectory's advantage.
+    """
+    rewards, index = [], []
+    for g, group in enumerate(groups):
+        for traj in group.trajectories:
+            rewards.append(traj.reward)
+            index.append(g)
+    if not rewards:
+        return []
+    fn = get_advantage(algorithm.advantage)
+    adv = fn(torch.tensor(rewards, dtype=torch.float64), torch.tensor(index), **algorithm.advantage_kwargs(alpha))
+    rows, k = [], 0
+    for g, group in enumerate(groups):
+        for traj in group.trajectories:
+            for ids, mask, logprobs in traj.sequences():
+                rows.append(Row(list(ids), list(mask), list(logprobs), float(adv[k]), kind=traj.kind, group=g))
+            k += 1
+    if algorithm.aux_samples:
+        for g, group in enumerate(groups):
+            for s in group.samples:
+                zeros = [0.0] * len(s.token_ids)
+                rows.append(Row(list(s.token_ids), list(s.loss_mask), zeros, 1.0, aux=True, kind=s.kind, group=g))
+    return rows
+
+
+@dataclass
+class Batch:
+    """Right-padded tensors of a list of rows."""
+
+    input_ids: torch.Tensor  # (B, T) long
+    attention_mask: torch.Tensor  # (B, T) long
+    loss_mask: torch.Tensor  # (B, T) float
+    old_logprobs: torch.Tensor  # (B, T) float
+    advantages: torch.Tensor  # (B,) float
+    aux: torch.Tensor  # (B,) bool
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(*(t.to(device) for t in vars(self).values()))
+
+
+def collate(rows: Sequence[Row], pad_id: int) -> Batch:
+    """Pad ``rows`` on the right into one :class:`Batch`."""
+    if not rows:
+        raise ValueError("collate needs at least one row")
+    width = max(len(r.token_ids) for r in rows)
+    n = len(rows)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, width), dtype=torch.long)
+    mask = torch.zeros((n, width))
+    old = torch.zeros((n, width))
+    for i, r in enumerate(rows):
+        if not (len(r.token_ids) == len(r.loss_mask) == len(r.old_logprobs)):
+            raise ValueError(
+                f"row {i} ({r.kind}): {len(r.token_ids)} tokens, {len(r.loss_mask)} mask entries and "
+                f"{len(r.old_logprobs)} log-probs; they must be aligned"
+            )
+        k = len(r.token_ids)
+        ids[i, :k] = torch.tensor(r.token_ids)
+        attn[i, :k] = 1
+        mask[i, :k] = torch.tensor(r.loss_mask, dtype=torch.float32)
+        old[i, :k] = torch.tensor(r.old_logprobs, dtype=torch.float32)
+    adv = torch.tensor([r.advantage for r in rows], dtype=torch.float32)
+    aux = torch.tensor([r.aux for r in rows])
+    return Batch(ids, attn, mask, old, adv, aux)
+
+
+def micro_batches(rows: Sequence[Row], size: int) -> list[list[Row]]:
+    """Consecutive chunks of ``size`` rows, after sorting by length so padding stays small (the loss is a sum
+    over rows with batch-wide denominators, so the order does not change it)."""
+    if size < 1:
+        raise ValueError(f"micro-batch size must be >= 1, got {size}")
+    ordered = sorted(rows, key=lambda r: len(r.token_ids))
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]

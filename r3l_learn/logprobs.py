@@ -1,0 +1,78 @@
+"""Token log-probs of a causal LM without materialising the full-vocabulary logits of a batch.
+
+A batch of 8 × 512 tokens over SmolLM2's 49k vocabulary is 800 MB of fp32 logits, and autograd keeps about
+three copies (logits, log-softmax, its gradient): that, not the 135M parameters, is what blows a small
+machine's memory (FACTS.md). So the decoder runs once, and the LM head + log-softmax run in chunks of
+positions, each under activation checkpointing: the backward pass recomputes one chunk's logits at a time.
+Only the positions the loss reads (``positions``) are computed at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+__all__ = ["sequence_logprobs"]
+
+
+def _parts(model: Any) -> tuple[Any, Any, float | None]:
+    """The decoder (hidden states), the LM head, and the final logit soft-cap of a HF causal LM (a PEFT
+    model's LoRA layers live inside the wrapped model's modules, so its decoder is the adapted one)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder, head = base.get_decoder(), base.get_output_embeddings()
+    if decoder is None or head is None:
+        raise TypeError(f"{type(base).__name__} exposes no decoder/LM head; chunked log-probs need a causal LM")
+    return decoder, head, getattr(base.config, "final_logit_softcapping", None)
+
+
+def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: Any, softcap: float | None) -> torch.Tensor:
+    logits = head(hidden).float()
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None])[:, 0]
+
+
+def sequence_logprobs(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    *,
+    positions: torch.Tensor | None = None,
+    chunk_size: int = 1024,
+) -> torch.Tensor:
+    """``out[b, t] = log π(input_ids[b, t] | input_ids[b, :t])`` for ``t >= 1`` (``out[:, 0]`` is 0).
+
+    Args:
+        model: a HF causal LM (or a PEFT model around one).
+        input_ids: ``(B, T)``, right-padded.
+        attention_mask: ``(B, T)``, 1 on real tokens.
+        positions: ``(B, T)`` bool, the tokens whose log-prob is wanted (default: every real token after the
+            first); other entries of the result are 0 and carry no gradient.
+        chunk_size: positions per LM-head chunk; peak logits memory is ``chunk_size × vocab × 4`` bytes (×2
+            in the backward pass).
+
+    Differentiable when grad is enabled; the logits of a chunk are recomputed in the backward pass.
+    """
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be (batch, length), got shape {tuple(input_ids.shape)}")
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    wanted = attention_mask.bool().clone() if positions is None else positions.bool() & attention_mask.bool()
+    wanted[:, 0] = False  # the first token has no context
+    decoder, head, softcap = _parts(model)
+    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    rows, cols = wanted.nonzero(as_tuple=True)
+    states = hidden[rows, cols - 1]  # the state *before* each wanted token predicts it
+    targets = input_ids[rows, cols]
+    pieces = []
+    for lo in range(0, len(targets), chunk_size):
+        h, y = states[lo : lo + chunk_size], targets[lo : lo + chunk_size]
+        if torch.is_grad_enabled() and h.requires_grad:
+            pieces.append(checkpoint(_chunk_logprobs, h, y, head, softcap, use_reentrant=False))
+        else:
+            pieces.append(_chunk_logprobs(h, y, head, softcap))
+    values = torch.cat(pieces) if pieces else hidden.new_zeros(0, dtype=torch.float32)
+    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    return out.index_put((rows, cols), values)

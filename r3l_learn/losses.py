@@ -1,0 +1,144 @@
+"""Per-token objectives, their aggregation, and the KL penalty: pure tensor functions in a registry.
+
+An objective maps the current log-probs of the target tokens to a per-token loss; it knows nothing about
+masks or batch shape beyond broadcasting. Aggregation (token-mean or sequence-mean over the loss mask) is a
+separate choice, so "PPO-clip, sequence-mean" and "REINFORCE, token-mean" are two picks, not two losses.
+
+Every objective has the signature ``fn(logprobs, *, advantages, old_logprobs, **hyper) -> loss``:
+
+- ``logprobs``: ``(B, T)`` log π_θ(y_t | context), with gradient;
+- ``advantages``: ``(B,)`` per sequence (broadcast over tokens) or ``(B, T)`` per token;
+- ``old_logprobs``: ``(B, T)`` log-probs of the policy that sampled the tokens, or ``None``;
+- returns the per-token loss ``(B, T)`` (to be minimised).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+__all__ = [
+    "AGGREGATIONS",
+    "OBJECTIVES",
+    "KL_ESTIMATORS",
+    "ObjectiveFn",
+    "aggregate",
+    "get_objective",
+    "kl_penalty",
+    "register_objective",
+]
+
+ObjectiveFn = Callable[..., torch.Tensor]
+
+#: name -> per-token objective
+OBJECTIVES: dict[str, ObjectiveFn] = {}
+
+AGGREGATIONS = ("token_mean", "seq_mean")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+def register_objective(name: str) -> Callable[[ObjectiveFn], ObjectiveFn]:
+    """Decorator: add a per-token objective to :data:`OBJECTIVES` under ``name``."""
+
+    def add(fn: ObjectiveFn) -> ObjectiveFn:
+        if name in OBJECTIVES:
+            raise ValueError(f"objective {name!r} is already registered")
+        OBJECTIVES[name] = fn
+        return fn
+
+    return add
+
+
+def get_objective(name: str) -> ObjectiveFn:
+    """The objective registered as ``name``; the error lists the known names."""
+    if name not in OBJECTIVES:
+        raise KeyError(f"unknown objective {name!r}; registered: {sorted(OBJECTIVES)}")
+    return OBJECTIVES[name]
+
+
+def _per_token(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    if advantages.dim() == 1:
+        if advantages.shape[0] != like.shape[0]:
+            raise ValueError(f"{advantages.shape[0]} advantages for a batch of {like.shape[0]} sequences")
+        return advantages[:, None].to(like.dtype)
+    if advantages.shape != like.shape:
+        raise ValueError(f"per-token advantages of shape {tuple(advantages.shape)} for log-probs {tuple(like.shape)}")
+    return advantages.to(like.dtype)
+
+
+@register_objective("reinforce")
+def reinforce(
+    logprobs: torch.Tensor, *, advantages: torch.Tensor, old_logprobs: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``-Â · log π_θ``: the R³L objective (R3L.md §4), with no importance ratio and no clipping.
+
+    ``old_logprobs`` is ignored on purpose: a distilled retry was sampled *with* guidance in context but is
+    trained without it, so a ratio to its generation log-probs would compare two different conditionals.
+    """
+    return -_per_token(advantages, logprobs) * logprobs
+
+
+@register_objective("ppo_clip")
+def ppo_clip(
+    logprobs: torch.Tensor,
+    *,
+    advantages: torch.Tensor,
+    old_logprobs: torch.Tensor | None,
+    clip: float = 0.2,
+) -> torch.Tensor:
+    """PPO's clipped surrogate ``-min(ρ·Â, clip(ρ, 1-ε, 1+ε)·Â)`` with ``ρ = exp(log π_θ - log π_old)``."""
+    if old_logprobs is None:
+        raise ValueError("ppo_clip needs old_logprobs (the log-probs of the policy that sampled the tokens)")
+    adv = _per_token(advantages, logprobs)
+    ratio = torch.exp(logprobs - old_logprobs.to(logprobs.dtype))
+    return -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
+
+
+@register_objective("sft")
+def sft(
+    logprobs: torch.Tensor, *, advantages: torch.Tensor | None = None, old_logprobs: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Negative log-likelihood ``-log π_θ`` (advantages and old log-probs are ignored)."""
+    return -logprobs
+
+
+def aggregate(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    how: str = "token_mean",
+    *,
+    total_tokens: float | None = None,
+    total_sequences: float | None = None,
+) -> torch.Tensor:
+    """Reduce a per-token loss over the tokens where ``mask`` is 1.
+
+    ``token_mean`` divides the masked sum by the number of masked tokens; ``seq_mean`` averages each
+    sequence over its own masked tokens, then averages the sequences that have any. Pass the totals of the
+    *whole* batch when this is one micro-batch of it, so that accumulating micro-batches gives exactly the
+    full-batch loss (the defaults are this tensor's own counts).
+    """
+    mask = mask.to(per_token.dtype)
+    if how == "token_mean":
+        denom = mask.sum() if total_tokens is None else total_tokens
+        return (per_token * mask).sum() / max(float(denom), 1.0)
+    if how == "seq_mean":
+        lengths = mask.sum(-1)
+        per_seq = (per_token * mask).sum(-1) / lengths.clamp(min=1)
+        denom = (lengths > 0).sum() if total_sequences is None else total_sequences
+        return per_seq.sum() / max(float(denom), 1.0)
+    raise ValueError(f"unknown aggregation {how!r}; choose one of {AGGREGATIONS}")
+
+
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+    """Per-token estimate of KL(π_θ ‖ π_ref) from samples of π_θ (Schulman's estimators):
+    ``k1 = log π_θ - log π_ref``, ``k2 = ½ (log π_θ - log π_ref)²``, ``k3 = e^{-d} + d - 1`` with
+    ``d = log π_θ - log π_ref`` (unbiased and non-negative; GRPO's choice)."""
+    d = logprobs - ref_logprobs.to(logprobs.dtype)
+    if kind == "k1":
+        return d
+    if kind == "k2":
+        return 0.5 * d**2
+    if kind == "k3":
+        return torch.exp(-d) + d - 1
+    raise ValueError(f"unknown KL estimator {kind!r}; choose one of {KL_ESTIMATORS}")

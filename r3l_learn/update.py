@@ -1,0 +1,135 @@
+"""The loss of a batch of rows, accumulated over micro-batches (R3L.md §4 for the R³L case).
+
+    L = agg_policy( objective(log π_θ; Â, log π_old) )  +  kl_coef · agg_policy( KL(π_θ ‖ π_ref) )
+        + aux_weight · token_mean_aux( -log π_θ )
+
+``agg_policy`` is the chosen aggregation over the loss-masked tokens of the policy rows (token-mean by
+default), with denominators taken over the *whole* batch, so any split into micro-batches gives the same
+loss and gradient (the accumulated sum equals the full-batch value). Rows whose advantage is 0 add nothing
+to a ratio-free objective and are skipped when no KL is asked for, but still count in the denominators.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from r3l_learn.batch import Batch, Row, collate, micro_batches
+from r3l_learn.logprobs import sequence_logprobs
+from r3l_learn.losses import aggregate, get_objective, kl_penalty
+
+__all__ = ["LossConfig", "UpdateStats", "accumulate_gradients", "batch_loss"]
+
+#: computes reference log-probs of a batch (no grad), for the KL term
+RefFn = Callable[[Batch], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """What the loss is made of (everything else about the algorithm lives in the rows)."""
+
+    objective: str = "reinforce"
+    objective_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {"clip": 0.2} for ppo_clip
+    aggregation: str = "token_mean"
+    aux_weight: float = 3.0  # λ; R3L.md §4 sets it to α
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    chunk_size: int = 1024  # LM-head positions per chunk (see r3l_learn.logprobs)
+
+
+@dataclass
+class _Totals:
+    policy_tokens: float
+    policy_sequences: float
+    aux_tokens: float
+
+    @classmethod
+    def of(cls, rows: Sequence[Row]) -> _Totals:
+        policy = [r for r in rows if not r.aux]
+        return cls(
+            policy_tokens=sum(r.num_target_tokens for r in policy),
+            policy_sequences=sum(r.num_target_tokens > 0 for r in policy),
+            aux_tokens=sum(r.num_target_tokens for r in rows if r.aux),
+        )
+
+
+@dataclass
+class UpdateStats:
+    """What one accumulation pass measured."""
+
+    loss: float = 0.0
+    policy_loss: float = 0.0
+    aux_loss: float = 0.0
+    kl: float = 0.0
+    target_tokens: int = 0
+    tokens: int = 0  # every token that went through the model (context included)
+    skipped_rows: int = 0
+    finite: bool = True
+
+
+def batch_loss(
+    model: Any, batch: Batch, config: LossConfig, totals: _Totals, ref_fn: RefFn | None = None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss contribution of one micro-batch (already normalised by the whole batch's totals)."""
+    logp = sequence_logprobs(
+        model, batch.input_ids, batch.attention_mask, positions=batch.loss_mask > 0, chunk_size=config.chunk_size
+    )
+    policy, aux = ~batch.aux, batch.aux
+    parts: dict[str, torch.Tensor] = {}
+    if policy.any():
+        mask = batch.loss_mask * policy[:, None]
+        per_token = get_objective(config.objective)(
+            logp, advantages=batch.advantages, old_logprobs=batch.old_logprobs, **config.objective_kwargs
+        )
+        agg = dict(total_tokens=totals.policy_tokens, total_sequences=totals.policy_sequences)
+        parts["policy"] = aggregate(per_token, mask, config.aggregation, **agg)
+        if config.kl_coef and ref_fn is not None:
+            kl = kl_penalty(logp, ref_fn(batch), config.kl_estimator)
+            parts["kl"] = aggregate(kl, mask, config.aggregation, **agg)
+    if aux.any() and config.aux_weight:
+        parts["aux"] = aggregate(-logp, batch.loss_mask * aux[:, None], "token_mean", total_tokens=totals.aux_tokens)
+    zero = logp.sum() * 0.0  # keeps the graph (and the dtype) when a part is absent
+    loss = zero + parts.get("policy", 0.0) + config.kl_coef * parts.get("kl", 0.0)
+    loss = loss + config.aux_weight * parts.get("aux", 0.0)
+    return loss, {k: float(v.detach()) for k, v in parts.items()}
+
+
+def accumulate_gradients(
+    model: Any,
+    rows: Sequence[Row],
+    config: LossConfig,
+    *,
+    micro_batch_size: int,
+    pad_id: int,
+    ref_fn: RefFn | None = None,
+    autocast: torch.dtype | None = None,
+) -> UpdateStats:
+    """Backpropagate the loss of ``rows`` in micro-batches of ``micro_batch_size`` rows (gradients add up in
+    ``.grad``; the caller zeroes them before and steps the optimiser after). Stops at the first non-finite
+    micro-batch loss and reports it (``finite=False``); the caller must then discard the gradients."""
+    totals = _Totals.of(rows)
+    needs_zero_adv = config.kl_coef > 0 or config.objective not in ("reinforce", "ppo_clip")
+    trainable = [r for r in rows if r.num_target_tokens > 0 and (r.aux or r.advantage != 0 or needs_zero_adv)]
+    stats = UpdateStats(skipped_rows=len(rows) - len(trainable))
+    stats.target_tokens = int(totals.policy_tokens + totals.aux_tokens)
+    device = next(model.parameters()).device
+    for chunk in micro_batches(trainable, micro_batch_size):
+        batch = collate(chunk, pad_id).to(device)
+        ctx = torch.autocast(device.type, dtype=autocast) if autocast is not None else contextlib.nullcontext()
+        with ctx:
+            loss, parts = batch_loss(model, batch, config, totals, ref_fn)
+        if not math.isfinite(float(loss.detach())):
+            stats.finite = False
+            return stats
+        loss.backward()
+        stats.loss += float(loss.detach())
+        stats.policy_loss += parts.get("policy", 0.0)
+        stats.aux_loss += parts.get("aux", 0.0)
+        stats.kl += parts.get("kl", 0.0)
+        stats.tokens += int(batch.attention_mask.sum())
+    return stats

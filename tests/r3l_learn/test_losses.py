@@ -1,0 +1,55 @@
+"""Per-token objectives, aggregation and KL estimators against hand computations."""
+
+import math
+
+import pytest
+import torch
+
+from r3l_learn.losses import aggregate, get_objective, kl_penalty
+
+LOGP = torch.tensor([[-1.0, -2.0, -0.5], [-0.1, -3.0, -1.0]])
+MASK = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0]])
+
+
+def _close(actual, expected):
+    torch.testing.assert_close(actual, torch.tensor(expected), rtol=1e-6, atol=1e-6)
+
+
+def test_reinforce_is_minus_advantage_times_logprob_and_ignores_old_logprobs():
+    adv = torch.tensor([2.0, -1.0])
+    loss = get_objective("reinforce")(LOGP, advantages=adv, old_logprobs=LOGP - 5)
+    _close(loss, [[2.0, 4.0, 1.0], [-0.1, -3.0, -1.0]])
+
+
+def test_ppo_clip_clips_the_ratio_on_the_side_of_the_advantage():
+    old = torch.zeros(1, 3)
+    logp = torch.log(torch.tensor([[1.5, 0.5, 1.1]]))  # ratios 1.5, 0.5, 1.1
+    up = get_objective("ppo_clip")(logp, advantages=torch.tensor([1.0]), old_logprobs=old, clip=0.2)
+    _close(up, [[-1.2, -0.5, -1.1]])  # min(ρA, clip(ρ)A) with A > 0
+    down = get_objective("ppo_clip")(logp, advantages=torch.tensor([-1.0]), old_logprobs=old, clip=0.2)
+    _close(down, [[1.5, 0.8, 1.1]])  # with A < 0 the larger ratio wins
+    with pytest.raises(ValueError, match="old_logprobs"):
+        get_objective("ppo_clip")(logp, advantages=torch.tensor([1.0]), old_logprobs=None)
+
+
+def test_sft_is_the_negative_log_likelihood():
+    _close(get_objective("sft")(LOGP), (-LOGP).tolist())
+
+
+def test_token_mean_and_sequence_mean():
+    per_token = torch.tensor([[1.0, 3.0, 100.0], [100.0, 2.0, 6.0]])
+    assert aggregate(per_token, MASK, "token_mean").item() == pytest.approx((1 + 3 + 2 + 6) / 4)
+    assert aggregate(per_token, MASK, "seq_mean").item() == pytest.approx(((1 + 3) / 2 + (2 + 6) / 2) / 2)
+    # a micro-batch normalised by the whole batch's totals
+    assert aggregate(per_token, MASK, "token_mean", total_tokens=8).item() == pytest.approx(12 / 8)
+    with pytest.raises(ValueError, match="aggregation"):
+        aggregate(per_token, MASK, "sum")
+
+
+def test_kl_estimators():
+    logp, ref = torch.tensor([-1.0, -2.0]), torch.tensor([-1.5, -1.0])
+    d = [0.5, -1.0]
+    assert kl_penalty(logp, ref, "k1").tolist() == pytest.approx(d)
+    assert kl_penalty(logp, ref, "k2").tolist() == pytest.approx([0.5 * x * x for x in d])
+    assert kl_penalty(logp, ref, "k3").tolist() == pytest.approx([math.exp(-x) + x - 1 for x in d])
+    assert kl_penalty(ref, ref, "k3").tolist() == [0.0, 0.0]
