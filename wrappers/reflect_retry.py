@@ -8,7 +8,7 @@
 3. For each base whose reflection is usable, not ``success`` and names a pivot ``p``: the env is restored
    from the checkpoint the base took before turn ``p`` (native restore or verified replay — the prefix is
    never regenerated), the guidance goes into the generation context only, and the policy plays the retry
-   suffix. All retries are batched together.
+   suffix. All retries are batched together; their restores run concurrently.
 4. The retry is the *distilled* trajectory (``kind="retry"``): its tokens up to the pivot are the base's,
    token-identical; the guidance is not in it; the pivot's observation appears once.
 5. Pivotal credit (§2): for a base that got a retry and for the retry, agent tokens of turns ``< p`` get loss
@@ -17,6 +17,12 @@
    (§1.6): retry reward ≥ ``success_threshold`` and (retry reward > base reward, or equal reward in fewer
    turns).
 7. Optionally extra bases fill every group to ``N`` members (``fill=True``).
+
+Batching and concurrency: generation (and all tokenising) happens on the calling thread, one batched call
+per round across every task's episodes; env calls (reset, restore, step, checkpoint) of a round run in
+``rollout.env_workers`` threads, so K slow restores cost about one, not K (see :mod:`wrappers.envops`). The
+groups are bit-identical whatever ``env_workers`` is. ``max_envs`` caps the env instances (one per episode
+otherwise) by collecting in waves.
 
 A group carries what a learner needs and nothing tied to R³L's loss: rewards, kinds, pivots, masks, token
 ids, generation log-probs (a retry's suffix log-probs were taken *with* the guidance in context — they are
@@ -34,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from wrappers.chat import ChatSequence
 from wrappers.data import Sample, Trajectory, TrajectoryGroup
@@ -59,6 +66,10 @@ class ReflectRetryConfig:
         aux_samples: build the auxiliary ``reflection`` / ``guided_retry`` samples (R3L.md §1.6).
         success_threshold: the reward a retry must reach to count as having beaten its base.
         keep_checkpoints: keep the per-turn env checkpoints in the output (off: groups stay small).
+        max_envs: at most this many env instances (and episodes in flight): the bases are played, reflected
+            on and retried in waves of ``max_envs``. ``None``: one env per base, ``N/2`` per task, all in one
+            wave (for ScienceWorld that is one JVM, some 200–700 MB, each). With a sampling policy the groups
+            depend on the waves (the batches differ), never on timing or on ``rollout.env_workers``.
     """
 
     group_size: int = 8
@@ -68,8 +79,11 @@ class ReflectRetryConfig:
     aux_samples: bool = True
     success_threshold: float = 1.0
     keep_checkpoints: bool = False
+    max_envs: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_envs is not None and self.max_envs < 1:
+            raise ValueError(f"max_envs must be None (one env per base) or >= 1, got {self.max_envs}")
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 (N/2 bases plus their retries), got {self.group_size}")
         if self.rollout.history is not None:
@@ -106,7 +120,8 @@ class ReflectRetry:
         config: see :class:`ReflectRetryConfig`.
         env_kwargs: ``gym.make`` keyword arguments when ``env`` is an id.
 
-    Env instances are made on first need and reused across ``collect`` calls (one per concurrent episode).
+    Env instances are made on first need and reused across ``collect`` calls: one per base of a wave
+    (``N/2`` × tasks, or ``config.max_envs``).
     """
 
     def __init__(
@@ -147,16 +162,15 @@ class ReflectRetry:
         cfg = self.config
         k = cfg.group_size // 2
         jobs = [(g, task) for g, task in enumerate(task_ids) for _ in range(k)]
-        lap = _Lap()
-        bases = self._bases(jobs, seed, 0)
-        envs = self._pool(len(jobs))
-        logger.info("reflect-retry: %d bases for %d tasks in %.1fs", len(bases), len(task_ids), lap())
-        reflections = self.reflector.reflect([ReflectionRequest(b, env) for b, env in zip(bases, envs, strict=True)])
-        if len(reflections) != len(bases):
-            raise RuntimeError(f"the reflector returned {len(reflections)} reflections for {len(bases)} trajectories")
-        logger.info("reflect-retry: %d reflections in %.1fs", len(reflections), lap())
-        retries = self._retries(bases, reflections, envs, seed)
-        logger.info("reflect-retry: %d retries in %.1fs", sum(r is not None for r in retries), lap())
+        bases: list[Trajectory] = []
+        reflections: list[Reflection] = []
+        retries: list[Trajectory | None] = []
+        size = cfg.max_envs or max(len(jobs), 1)
+        for wave, first in enumerate(range(0, len(jobs), size)):
+            b, r, t = self._wave(jobs[first : first + size], first, wave, seed)
+            bases += b
+            reflections += r
+            retries += t
         groups = [TrajectoryGroup(env_id="", task_id=task) for task in task_ids]
         stats = [_Stats() for _ in task_ids]
         for (g, _), base, refl, retry in zip(jobs, bases, reflections, retries, strict=True):
@@ -192,19 +206,32 @@ class ReflectRetry:
                         turn.checkpoint = None
         return groups
 
-    def _bases(self, jobs: Sequence[tuple[int, str]], seed: int | None, phase: int) -> list[Trajectory]:
+    def _wave(
+        self, jobs: Sequence[tuple[int, str]], first: int, wave: int, seed: int | None
+    ) -> tuple[list[Trajectory], list[Reflection], list[Trajectory | None]]:
+        """Bases, reflections and retries for ``jobs`` (one env each); ``first``: the index of ``jobs[0]``."""
+        lap = _Lap()
+        bases = self._bases(jobs, seed, _BASES, first, wave)
         envs = self._pool(len(jobs))
-        episodes = [
-            AgentEpisode(
-                env,
-                self.policy,
-                self._rollout,
-                seed=None if seed is None else seed * 1_000_003 + phase * 10_007 + i,
-                task_id=task,
-            )
-            for i, (env, (_, task)) in enumerate(zip(envs, jobs, strict=True))
-        ]
-        trajs = play(episodes, self.policy, self._rollout, seed=None if seed is None else seed + phase)
+        logger.info("reflect-retry wave %d: %d bases in %.1fs", wave, len(bases), lap())
+        reflections = self.reflector.reflect([ReflectionRequest(b, env) for b, env in zip(bases, envs, strict=True)])
+        if len(reflections) != len(bases):
+            raise RuntimeError(f"the reflector returned {len(reflections)} reflections for {len(bases)} trajectories")
+        logger.info("reflect-retry wave %d: %d reflections in %.1fs", wave, len(reflections), lap())
+        retries = self._retries(bases, reflections, envs, _mix(seed, _RETRIES, wave))
+        logger.info("reflect-retry wave %d: %d retries in %.1fs", wave, sum(r is not None for r in retries), lap())
+        return bases, reflections, retries
+
+    def _bases(
+        self, jobs: Sequence[tuple[int, str]], seed: int | None, phase: int, first: int, wave: int
+    ) -> list[Trajectory]:
+        """Base rollouts for ``jobs`` (``first``: the index of ``jobs[0]`` among all of the phase's jobs)."""
+        envs = self._pool(len(jobs))
+        seeds = [None if seed is None else seed * 1_000_003 + phase * 10_007 + first + i for i in range(len(jobs))]
+        episodes = AgentEpisode.start_many(
+            envs, self.policy, self._rollout, seeds=seeds, task_ids=[task for _, task in jobs]
+        )
+        trajs = play(episodes, self.policy, self._rollout, seed=_mix(seed, phase, wave))
         for t in trajs:
             t.kind = "base"
         return trajs
@@ -212,19 +239,22 @@ class ReflectRetry:
     def _retries(
         self, bases: Sequence[Trajectory], reflections: Sequence[Reflection], envs: Sequence[gym.Env], seed: int | None
     ) -> list[Trajectory | None]:
-        episodes: list[AgentEpisode | None] = []
-        for base, refl, env in zip(bases, reflections, envs, strict=True):
-            if not refl.wants_retry:
-                episodes.append(None)
-                continue
-            # Restores from the base's own checkpoint before turn p: native or verified replay, no regeneration.
-            episodes.append(
-                AgentEpisode.resume(env, self.policy, self._rollout, base, refl.pivot, guidance=refl.guidance())
-            )
-        running = [e for e in episodes if e is not None]
-        if running:
-            play(running, self.policy, self._rollout, seed=None if seed is None else seed + 7_919)
-        return [None if e is None else e.trajectory for e in episodes]
+        """Each wanted retry restarts from its base's own checkpoint before turn p (native restore or verified
+        replay, no regeneration); the restores run concurrently, the retries are played as one batch."""
+        wanted = [i for i, refl in enumerate(reflections) if refl.wants_retry]
+        episodes = AgentEpisode.resume_many(
+            [envs[i] for i in wanted],
+            self.policy,
+            self._rollout,
+            [bases[i] for i in wanted],
+            [reflections[i].pivot for i in wanted],
+            guidances=[reflections[i].guidance() for i in wanted],
+        )
+        out: list[Trajectory | None] = [None] * len(bases)
+        if episodes:
+            for i, traj in zip(wanted, play(episodes, self.policy, self._rollout, seed=seed), strict=True):
+                out[i] = traj
+        return out
 
     def _fill(self, groups: list[TrajectoryGroup], seed: int | None) -> None:
         jobs = [
@@ -232,11 +262,12 @@ class ReflectRetry:
             for g, grp in enumerate(groups)
             for _ in range(self.config.group_size - len(grp.trajectories))
         ]
-        if not jobs:
-            return
-        for (g, _), extra in zip(jobs, self._bases(jobs, seed, 1), strict=True):
-            extra.metadata["extra"] = True
-            groups[g].trajectories.append(extra)
+        size = self.config.max_envs or max(len(jobs), 1)
+        for wave, first in enumerate(range(0, len(jobs), size)):
+            chunk = jobs[first : first + size]
+            for (g, _), extra in zip(chunk, self._bases(chunk, seed, _FILL, first, wave), strict=True):
+                extra.metadata["extra"] = True
+                groups[g].trajectories.append(extra)
 
     # ------------------------------------------------------------------ auxiliary samples
     def _aux(self, base: Trajectory, refl: Reflection, retry: Trajectory) -> list[Sample]:
@@ -282,6 +313,18 @@ class ReflectRetry:
         return Sample(
             kind="guided_retry", token_ids=seq.token_ids, loss_mask=seq.loss_mask, messages=seq.messages, metadata=meta
         )
+
+
+# Phases of a collect, for seeding: each (phase, wave) samples with its own seed.
+_BASES, _FILL, _RETRIES = 0, 1, 2
+
+
+def _mix(seed: int | None, phase: int, wave: int) -> int | None:
+    """The sampling seed of one phase and wave of a collect (independent streams, unlike ``seed + phase``,
+    which would hand collect(seed=s)'s fill the bases' seed of collect(seed=s + 1))."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([seed, phase, wave]).generate_state(1)[0])
 
 
 class _Lap:

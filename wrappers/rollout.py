@@ -13,7 +13,9 @@ import json
 import logging
 import re
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -22,6 +24,7 @@ import numpy as np
 import r3l_envs
 from wrappers.chat import ChatSequence, end_of_turn_id
 from wrappers.data import Trajectory, Turn
+from wrappers.envops import EnvOps
 from wrappers.parsing import parse_reply
 from wrappers.policy import Generation, Policy, SamplingParams, describe
 from wrappers.prompts import PromptTemplate, template_for
@@ -36,6 +39,10 @@ _SLOT = re.compile(r"<[^<>\s][^<>]*>")
 #: Turn limit for envs that declare no ``max_episode_steps`` (math envs end themselves after their attempts).
 DEFAULT_MAX_TURNS = 30
 
+#: Env calls of one round run in this many threads by default. Env calls mostly wait (a JVM, a replay, C code),
+#: so a few threads overlap them even on two cores; results are identical to serial (:mod:`wrappers.envops`).
+DEFAULT_ENV_WORKERS = 8
+
 
 @dataclass(frozen=True)
 class RolloutConfig:
@@ -49,8 +56,13 @@ class RolloutConfig:
     keep_checkpoints: bool = False  # checkpoint the env before every turn (reflect-retry restores them)
     stop_at_action: bool = True  # end generation at the closing action tag: nothing after it is used
     template: PromptTemplate | None = None  # None: the env family's template
+    env_workers: int = DEFAULT_ENV_WORKERS  # threads for env calls between rounds; 1 = serial (same results)
 
     def __post_init__(self) -> None:
+        if self.env_workers < 1:
+            raise ValueError(
+                f"env_workers must be >= 1 (1 steps envs serially on the calling thread), got {self.env_workers}"
+            )
         if self.history is not None and self.history < 0:
             raise ValueError(f"history must be None (all turns) or >= 0, got {self.history}")
         if self.max_turns is not None and self.max_turns < 1:
@@ -87,14 +99,49 @@ class AgentEpisode:
         task_id: str | None = None,
     ):
         self._setup(env, policy, config)
+        self._reset(seed, task_id)
+        self._open(seed)
+
+    @classmethod
+    def start_many(
+        cls,
+        envs: Sequence[gym.Env],
+        policy: Policy,
+        config: RolloutConfig,
+        *,
+        seeds: Sequence[int | None],
+        task_ids: Sequence[str | None],
+    ) -> list[AgentEpisode]:
+        """Start one episode per env, as ``AgentEpisode(env, ..., seed=s, task_id=t)`` does, with the resets
+        run in ``config.env_workers`` threads while the first prompts are tokenised here."""
+        _distinct(envs)
+        episodes = [cls._blank(env, policy, config) for env in envs]
+        with EnvOps(config.env_workers) as ops:
+            ops.map(
+                [partial(ep._reset, s, t) for ep, s, t in zip(episodes, seeds, task_ids, strict=True)],
+                then=lambda i, _: episodes[i]._open(seeds[i]),
+            )
+        return episodes
+
+    @classmethod
+    def _blank(cls, env: gym.Env, policy: Policy, config: RolloutConfig) -> AgentEpisode:
+        self = cls.__new__(cls)
+        self._setup(env, policy, config)
+        return self
+
+    def _reset(self, seed: int | None, task_id: str | None) -> None:
+        """The env half of starting: reset (and the first checkpoint). Thread-safe per env instance."""
         options = {"task_id": task_id} if task_id is not None else None
-        self.observation, self.info = env.reset(seed=seed, options=options)
+        self.observation, self.info = self.env.reset(seed=seed, options=options)
+        self._checkpoint = r3l_envs.checkpoint(self.env) if self.config.keep_checkpoints else None
+
+    def _open(self, seed: int | None) -> None:
+        """The token half of starting (calling thread only)."""
         self.trajectory = self._new_trajectory(seed)
         first = self.template.first_user(self.info["task"], self.observation, self.info["admissible_actions"])
         self._shown: list[str] = [first]  # the user text of every turn, as the agent saw it
-        self._sequence = ChatSequence(policy, self._opening(first))
+        self._sequence = ChatSequence(self.policy, self._opening(first))
         self._context: ChatSequence | None = None  # a guided generation context, when it differs (resume)
-        self._checkpoint = r3l_envs.checkpoint(env) if config.keep_checkpoints else None
 
     def _setup(self, env: gym.Env, policy: Policy, config: RolloutConfig) -> None:
         self.env, self.policy, self.config = env, policy, config
@@ -103,6 +150,7 @@ class AgentEpisode:
         spec = getattr(env, "spec", None)
         self.max_turns = config.max_turns or (spec.max_episode_steps if spec else None) or DEFAULT_MAX_TURNS
         self.done = False
+        self._ending: str | None = None  # why the episode ends after the turn being played, once the env said
 
     def _new_trajectory(self, seed: int | None) -> Trajectory:
         return Trajectory(
@@ -138,16 +186,57 @@ class AgentEpisode:
         token-identical to the base's. ``guidance``, if given, is put before the pivot turn's user message
         in the *generation* context only; the trajectory's training sequence never contains it (R3L.md §1).
         """
+        self = cls._resumable(env, policy, config, base, pivot)
+        r3l_envs.restore(env, base.turns[pivot].checkpoint)
+        self._rebuild(base, pivot, guidance, kind)
+        return self
+
+    @classmethod
+    def resume_many(
+        cls,
+        envs: Sequence[gym.Env],
+        policy: Policy,
+        config: RolloutConfig,
+        bases: Sequence[Trajectory],
+        pivots: Sequence[int],
+        *,
+        guidances: Sequence[str | None] | None = None,
+        kind: str = "retry",
+    ) -> list[AgentEpisode]:
+        """:meth:`resume` for several bases at once: the restores (a verified replay can take a while) run in
+        ``config.env_workers`` threads while the prefixes are rebuilt here; the episodes are the same."""
+        guidances = list(guidances) if guidances is not None else [None] * len(bases)
+        if not len(envs) == len(bases) == len(pivots) == len(guidances):
+            raise ValueError(f"{len(envs)} envs, {len(bases)} bases, {len(pivots)} pivots, {len(guidances)} guidances")
+        _distinct(envs)
+        episodes = [cls._resumable(env, policy, config, b, p) for env, b, p in zip(envs, bases, pivots)]
+        with EnvOps(config.env_workers) as ops:
+            restores = [
+                ops.submit(r3l_envs.restore, ep.env, b.turns[p].checkpoint) for ep, b, p in zip(episodes, bases, pivots)
+            ]
+            try:
+                for ep, base, pivot, guidance in zip(episodes, bases, pivots, guidances):
+                    ep._rebuild(base, pivot, guidance, kind)
+            finally:
+                ops.gather(restores)
+        return episodes
+
+    @classmethod
+    def _resumable(
+        cls, env: gym.Env, policy: Policy, config: RolloutConfig, base: Trajectory, pivot: int
+    ) -> AgentEpisode:
+        """A blank episode for resuming ``base`` at ``pivot``, after checking that it can be (env untouched)."""
         if config.history is not None:
             raise ValueError("resume() needs full-history rollouts (history=None): windowed contexts share no prefix")
         if not 0 <= pivot < base.num_turns:
             raise ValueError(f"pivot must be a turn index in [0, {base.num_turns}), got {pivot}")
-        at = base.turns[pivot]
-        if at.checkpoint is None:
+        if base.turns[pivot].checkpoint is None:
             raise ValueError("the base trajectory has no per-turn checkpoints: roll it out with keep_checkpoints=True")
-        self = cls.__new__(cls)
-        self._setup(env, policy, config)
-        r3l_envs.restore(env, at.checkpoint)
+        return cls._blank(env, policy, config)
+
+    def _rebuild(self, base: Trajectory, pivot: int, guidance: str | None, kind: str) -> None:
+        """The token half of resuming: the base's prefix, token-identical, and the guided context (calling thread)."""
+        policy, at = self.policy, base.turns[pivot]
         self.observation = at.observation
         previous = base.turns[pivot - 1].info if pivot else {"won": False, "score": 0.0}
         self.info = {**previous, "task_id": base.task_id, "task": base.task, "admissible_actions": at.admissible}
@@ -170,8 +259,7 @@ class AgentEpisode:
                 self._context.add_user(f"{guidance}\n\n{self._shown[i + 1]}" if i + 1 == pivot else self._shown[i + 1])
             if pivot == 0:
                 self._context = ChatSequence(policy, self._opening(f"{guidance}\n\n{self._shown[0]}"))
-        self._checkpoint = at.checkpoint if config.keep_checkpoints else None
-        return self
+        self._checkpoint = at.checkpoint if self.config.keep_checkpoints else None
 
     def _opening(self, first_user: str) -> list[dict[str, str]]:
         return [{"role": "system", "content": self.system}, {"role": "user", "content": first_user}]
@@ -232,15 +320,28 @@ class AgentEpisode:
     # ------------------------------------------------------------------ playing a turn
     def apply(self, generation: Generation, prompt: Sequence[int] | None = None) -> Turn:
         """Play a free-text generation: parse it, step the env (or explain the parse failure), record it."""
-        parsed = parse_reply(generation.text, self.template.answer)
-        return self._play(generation, parsed.action, parsed.error, prompt, constrained=False)
+        return self._complete(self._begin_free(generation, prompt))
 
     def apply_choice(self, action: str, token_ids: Sequence[int], logprobs: Sequence[float], prompt=None) -> Turn:
         """Play an admissible action chosen by constrained mode, with the token ids that express it."""
-        generation = Generation(self.policy.decode(token_ids), list(token_ids), list(logprobs), "stop")
-        return self._play(generation, action, None, prompt, constrained=True)
+        return self._complete(self._begin_choice(action, token_ids, logprobs, prompt))
 
-    def _play(self, gen: Generation, action: str | None, error: str | None, prompt, *, constrained: bool) -> Turn:
+    # A turn is played in three parts so that :func:`play` can run the env part of a whole round in threads:
+    # ``_begin_*`` (calling thread: the record and the generated tokens), ``_step`` (the env: any thread, one
+    # at a time per episode), ``_end`` (calling thread: the next user turn's tokens, or the end).
+    def _complete(self, turn: Turn) -> Turn:
+        self._step(turn)._end()
+        return turn
+
+    def _begin_free(self, generation: Generation, prompt: Sequence[int] | None) -> Turn:
+        parsed = parse_reply(generation.text, self.template.answer)
+        return self._begin(generation, parsed.action, parsed.error, prompt, constrained=False)
+
+    def _begin_choice(self, action: str, token_ids: Sequence[int], logprobs: Sequence[float], prompt) -> Turn:
+        generation = Generation(self.policy.decode(token_ids), list(token_ids), list(logprobs), "stop")
+        return self._begin(generation, action, None, prompt, constrained=True)
+
+    def _begin(self, gen: Generation, action: str | None, error: str | None, prompt, *, constrained: bool) -> Turn:
         if self.done:
             raise RuntimeError("this episode has ended; start a new AgentEpisode")
         turn = Turn(
@@ -262,13 +363,17 @@ class AgentEpisode:
                 self._context.add_generation(gen.text, gen.token_ids, gen.logprobs)
         else:
             turn.prompt_ids = list(prompt) if prompt is not None else self.prompt()
-        if action is None:
+        return turn
+
+    def _step(self, turn: Turn) -> AgentEpisode:
+        """Step the env with the turn's action, record the outcome, and checkpoint if the episode goes on."""
+        if turn.action is None:
             # The env is not stepped: its state stays exactly as it was and the agent is told what was wrong.
-            turn.outcome = self.template.feedback(error or "no action")
+            turn.outcome = self.template.feedback(turn.parse_error or "no action")
             turn.info = _jsonable(self.info)
             shown = self.template.next_user(self.observation, self.admissible, feedback=turn.outcome)
         else:
-            obs, reward, terminated, truncated, info = self.env.step(action)
+            obs, reward, terminated, truncated, info = self.env.step(turn.action)
             turn.outcome, turn.reward, turn.terminated, turn.truncated = obs, float(reward), terminated, truncated
             turn.info = _jsonable(info)
             self.observation, self.info = obs, info
@@ -276,19 +381,24 @@ class AgentEpisode:
         self.trajectory.turns.append(turn)
         self._shown.append(shown)
         if turn.terminated:
-            self._finish("terminated")
+            self._ending = "terminated"
         elif turn.truncated:
-            self._finish("truncated")
+            self._ending = "truncated"
         elif len(self.trajectory.turns) >= self.max_turns:
-            self._finish("max_turns")
+            self._ending = "max_turns"
         else:
-            if self.config.history is None:
-                self._sequence.add_user(shown)
-                if self._context is not None:
-                    self._context.add_user(shown)
+            self._ending = None
             if self.config.keep_checkpoints:
                 self._checkpoint = r3l_envs.checkpoint(self.env)
-        return turn
+        return self
+
+    def _end(self) -> None:
+        if self._ending is not None:
+            self._finish(self._ending)
+        elif self.config.history is None:
+            self._sequence.add_user(self._shown[-1])
+            if self._context is not None:
+                self._context.add_user(self._shown[-1])
 
     def _finish(self, reason: str) -> None:
         traj = self.trajectory
@@ -300,6 +410,11 @@ class AgentEpisode:
         traj.score = float(self.info.get("score", 0.0))
         traj.stop_reason = reason
         self.done = True
+
+
+def _distinct(envs: Sequence[gym.Env]) -> None:
+    if len({id(env) for env in envs}) != len(envs):
+        raise ValueError("each episode needs its own env instance: the same env appears twice in one batch")
 
 
 def _round_seed(seed: int | None, round_index: int) -> int | None:
@@ -341,7 +456,7 @@ def rollout_batch(
     task_ids = list(task_ids) if task_ids is not None else [None] * n
     if len(seeds) != n or len(task_ids) != n:
         raise ValueError(f"{n} envs but {len(seeds)} seeds and {len(task_ids)} task ids")
-    episodes = [AgentEpisode(env, policy, config, seed=s, task_id=t) for env, s, t in zip(envs, seeds, task_ids)]
+    episodes = AgentEpisode.start_many(envs, policy, config, seeds=seeds, task_ids=task_ids)
     return play(episodes, policy, config, seed=seed)
 
 
@@ -349,42 +464,53 @@ def play(
     episodes: Sequence[AgentEpisode], policy: Policy, config: RolloutConfig, *, seed: int | None = None
 ) -> list[Trajectory]:
     """Play started episodes (fresh or :meth:`AgentEpisode.resume`-d) to the end, batching generation across
-    them; returns their trajectories in order."""
+    them; returns their trajectories in order.
+
+    Each round generates (or scores) for every running episode in one call on this thread, then steps their
+    envs in ``config.env_workers`` threads (:mod:`wrappers.envops`), tokenising each answer here as it
+    arrives. A round waits for its slowest env; the trajectories do not depend on ``env_workers``: a late
+    episode never moves to another round's batch, which would change what a seeded batched sampler draws.
+    """
+    _distinct([e.env for e in episodes])
     eot = end_of_turn_id(policy) if config.constrained else None
     stop = config.sampling.stop + tuple(e.template.answer.stop for e in episodes if config.stop_at_action)
     round_index = 0
-    while True:
-        running = [e for e in episodes if not e.done]
-        if not running:
-            break
-        rseed = _round_seed(seed, round_index)
-        free, chosen = [], []
-        for ep in running:
-            prompt = ep.prompt()
-            if ep.constrained:
-                cands = [
-                    policy.tokenize(ep.template.answer.wrap(a)) + ([eot] if eot is not None else [])
-                    for a in ep.admissible
-                ]
-                if ep.fits(prompt, max(len(c) for c in cands)):
-                    chosen.append((ep, prompt, cands))
-            elif ep.fits(prompt, config.sampling.max_new_tokens):
-                free.append((ep, prompt))
-        if free:
-            params = replace(config.sampling, seed=rseed, stop=tuple(dict.fromkeys(stop)))
-            for (ep, prompt), gen in zip(free, policy.generate([p for _, p in free], params)):
-                ep.apply(gen, prompt)
-        if chosen:
-            pairs = [(prompt, c) for _, prompt, cands in chosen for c in cands]
-            scores = policy.score([p for p, _ in pairs], [c for _, c in pairs])
-            offset = 0
-            for k, (ep, prompt, cands) in enumerate(chosen):
-                mine = scores[offset : offset + len(cands)]
-                offset += len(cands)
-                rng = np.random.default_rng(None if rseed is None else [rseed, k])
-                i = _choose(mine, config.constrained_score, config.sampling.temperature, rng)
-                ep.apply_choice(ep.admissible[i], cands[i], mine[i], prompt)
-        round_index += 1
+    with EnvOps(config.env_workers) as ops:
+        while True:
+            running = [e for e in episodes if not e.done]
+            if not running:
+                break
+            rseed = _round_seed(seed, round_index)
+            free, chosen = [], []
+            for ep in running:
+                prompt = ep.prompt()
+                if ep.constrained:
+                    cands = [
+                        policy.tokenize(ep.template.answer.wrap(a)) + ([eot] if eot is not None else [])
+                        for a in ep.admissible
+                    ]
+                    if ep.fits(prompt, max(len(c) for c in cands)):
+                        chosen.append((ep, prompt, cands))
+                elif ep.fits(prompt, config.sampling.max_new_tokens):
+                    free.append((ep, prompt))
+            stepping: list[Future[AgentEpisode]] = []
+            if free:
+                params = replace(config.sampling, seed=rseed, stop=tuple(dict.fromkeys(stop)))
+                for (ep, prompt), gen in zip(free, policy.generate([p for _, p in free], params)):
+                    stepping.append(ops.submit(ep._step, ep._begin_free(gen, prompt)))
+            if chosen:  # the free episodes' envs step meanwhile
+                pairs = [(prompt, c) for _, prompt, cands in chosen for c in cands]
+                scores = policy.score([p for p, _ in pairs], [c for _, c in pairs])
+                offset = 0
+                for k, (ep, prompt, cands) in enumerate(chosen):
+                    mine = scores[offset : offset + len(cands)]
+                    offset += len(cands)
+                    rng = np.random.default_rng(None if rseed is None else [rseed, k])
+                    i = _choose(mine, config.constrained_score, config.sampling.temperature, rng)
+                    turn = ep._begin_choice(ep.admissible[i], cands[i], mine[i], prompt)
+                    stepping.append(ops.submit(ep._step, turn))
+            ops.gather(stepping, then=lambda _, ep: ep._end())
+            round_index += 1
     return [e.trajectory for e in episodes]
 
 

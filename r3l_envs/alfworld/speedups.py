@@ -1,5 +1,9 @@
 """Speed-ups for the work ALFWorld's engine repeats, in memory only (no file is patched).
 
+0. One parse at a time. TextWorld parses with module-level tatsu parsers that keep their parse state on the
+   parser object, shared by every env in the process: two threads parsing at once corrupt each other. Every
+   parse takes one lock (always, even with the speed-ups off), so envs may run in threads, one per env.
+
 Every one of them returns exactly what the code it wraps would return; transcripts with and without them are
 compared in the tests and the benchmark (``R3L_ALFWORLD_SPEEDUPS=0`` or :func:`disabled` turns them off).
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import os
 import sys
 import threading
@@ -68,11 +73,34 @@ def install() -> None:
     with _lock:
         if _installed:
             return
+        _install_parser_lock()
         _install_parse_caches()
         _install_derivation_cache()
         _install_sas_cache()
         _install_fact_list_cache()
         _installed = True
+
+
+# ---------------------------------------------------------------------- 0: one parse at a time
+_parsing = threading.RLock()
+
+
+def _install_parser_lock() -> None:
+    import textworld.envs.pddl.logic as pddl_logic
+    import textworld.envs.pddl.textgen as textgen
+    import textworld.logic as logic
+
+    for module in (logic, pddl_logic, textgen):
+        module._parse_and_convert = _one_at_a_time(module._parse_and_convert)
+
+
+def _one_at_a_time(parse: Any) -> Any:
+    @functools.wraps(parse)
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        with _parsing:
+            return parse(*args, **kwargs)
+
+    return locked
 
 
 # ---------------------------------------------------------------------- 1 and 2: parsing, contexts
