@@ -3,9 +3,11 @@
 What differs from upstream's Python ``ScienceWorldEnv``, and why:
 
 * **Fast steps.** Upstream's ``step()`` enumerates every valid action-object combination on every step (about
-  120 ms in a furnished room: 8–26 steps/s). We call the server's ``step`` directly (about 4 ms) and compute
-  the valid actions only when asked: ``admissible_actions=True`` fills ``info["admissible_actions"]`` on every
-  step at that cost; otherwise it is ``None`` and :meth:`ScienceWorldEnv.admissible_actions` computes it once.
+  120 ms in a furnished room: 8–26 steps/s). We play the engine's own step directly (about 5 ms, through a
+  small compiled helper that also skips upstream's run history and debug output; see
+  :mod:`~r3l_envs.scienceworld.jvm`) and compute the valid actions only when asked: ``admissible_actions=True``
+  fills ``info["admissible_actions"]`` on every step at that cost; otherwise it is ``None`` and
+  :meth:`ScienceWorldEnv.admissible_actions` computes it once.
 * **Reward.** ``reward`` is the increase of the engine's cumulative score / 100, so an episode's rewards sum to
   its final ``score``. ``info["score"]`` is the current score / 100 in [0, 1]. When the agent fails a task
   (e.g. focuses on the wrong object) the engine reports -100: we report ``score = 0`` and
@@ -154,12 +156,12 @@ class ScienceWorldEnv(TextEnv):
             raise EngineError(jvm._dead_message())
         if len(action) > MAX_ACTION_CHARS:
             observation = f"{_NO_MATCH} (Actions are at most {MAX_ACTION_CHARS} characters.)"
+            raw, completed = float(jvm.call("getScore")), bool(jvm.call("getCompleted"))
         else:
-            observation = str(jvm.call("step", action))
-        raw = float(jvm.call("getScore"))
-        # The engine's score is 1.0 exactly when every ordered subgoal is done (optional ones add < 1/n), and
-        # -1.0 on failure; "completed" can only hold then, so the extra round trip is spent only near the top.
-        completed = raw > 0.99 and bool(jvm.call("getCompleted"))
+            observation, raw, completed = jvm.step(action)
+        # The engine's score is 1.0 exactly when every ordered subgoal is done (optional ones add < 1/n), and -1.0
+        # on failure; its "completed" flag counts only then.
+        completed = completed and raw > 0.99
         score100 = round(100 * raw)  # the engine's own integer scale (upstream rounds the same way)
         failed = score100 < 0
         clamped = max(0, min(100, score100))

@@ -14,14 +14,27 @@ and relies on ``__del__`` to stop it. :class:`ScienceWorldJVM` owns the process 
   the JVM dead; the env restarts it on the next ``reset()``/``restore()``.
 * **Isolation**: each instance has its own process, port and gateway client; nothing is shared.
 
-The JVM prints a few lines per step on stdout; a daemon thread drains it (dropping the text) so its pipe
-never fills and blocks the engine, and another keeps the last lines of stderr for error messages.
+The JVM may print on stdout; a daemon thread drains it (dropping the text) so its pipe never fills and blocks
+the engine, and another keeps the last lines of stderr for error messages.
+
+**Steps** go through a small Java helper, :data:`STEP_HELPER_SOURCE`, compiled with ``javac`` against the
+engine's jar on first use and cached under :func:`r3l_envs.cache.cache_root` (see :func:`step_helper_dir`).
+Upstream's ``PythonInterface.step`` plays the action, then spends about a sixth of the step on work nobody
+reads: a "look around" and an inventory for its run history, the list of every object referent in view, and
+three debug prints that the drain thread then has to read. The helper calls the same engine step
+(``AgentInterface.step``), stores the score and completion flag exactly as ``PythonInterface.step`` does, and
+returns the observation with them in one round trip. The action history upstream keeps for
+``getActionHistory``/``getRunHistoryJSON`` is not recorded (r3l keeps its own). Where ``javac`` is missing (a
+JRE without a JDK) or fails, a warning is logged once and steps go through ``PythonInterface.step`` as before;
+both paths give identical observations, scores and engine states.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import functools
+import hashlib
 import logging
 import os
 import selectors
@@ -30,11 +43,13 @@ import subprocess
 import threading
 import time
 import weakref
+from pathlib import Path
 from typing import Any
 
+from r3l_envs.cache import build_dir_once, cache_root
 from r3l_envs.errors import EngineError
 
-__all__ = ["ScienceWorldJVM"]
+__all__ = ["STEP_HELPER_SOURCE", "ScienceWorldJVM", "step_helper_dir"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +64,93 @@ def _java_executable() -> str:
     if java is None:
         raise EngineError(f"ScienceWorld needs a Java runtime and none was found on PATH. {_JAVA_HINT}")
     return java
+
+
+#: ``PythonInterface.step`` minus its run history and debug output, plus the score and completion flag.
+#: Special inputs (``help``, ``objects``, ``task``) and error states go through ``PythonInterface.step`` itself.
+STEP_HELPER_SOURCE = """\
+package r3l;
+
+import scala.Tuple3;
+import scienceworld.runtime.pythonapi.PythonInterface;
+
+/** One ScienceWorld step in one call: "score TAB completed TAB observation". */
+public final class StepHelper {
+    /** PythonInterface.step's answer when the engine returns no text (its trailing space included). */
+    static final String UNKNOWN_ACTION =
+        "Unknown action.  Type 'help' for a list of actions, and 'objects' for a list of possible object referents. ";
+
+    private StepHelper() {}
+
+    public static String step(PythonInterface engine, String input) {
+        String command = input.trim().toLowerCase();
+        String observation;
+        if (command.equals("help") || command.equals("objects") || command.equals("task")
+                || !"".equals(engine.errorStr()) || engine.errorUnknownEnvironment()
+                || engine.agentInterface().isEmpty() || engine.agent().isEmpty()
+                || engine.agent().get().getContainer().isEmpty()) {
+            observation = engine.step(input);
+        } else {
+            Tuple3<String, Object, Object> result = engine.agentInterface().get().step(input);
+            engine.score_$eq((Double) result._2());
+            engine.isComplete_$eq((Boolean) result._3());
+            observation = result._1().isEmpty() ? UNKNOWN_ACTION : result._1();
+        }
+        return engine.score() + "\\t" + engine.isComplete() + "\\t" + observation;
+    }
+}
+"""
+_STEP_HELPER_CLASS = "r3l.StepHelper"
+
+
+def _javac() -> str | None:
+    """The ``javac`` of the JDK whose ``java`` runs the engine (else any on PATH), or ``None``."""
+    candidates = []
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidates.append(os.path.join(java_home, "bin", "javac"))
+    java = shutil.which("java")
+    if java:
+        candidates.append(os.path.join(os.path.dirname(os.path.realpath(java)), "javac"))
+    candidates.append(shutil.which("javac") or "")
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+
+
+@functools.cache
+def step_helper_dir() -> Path | None:
+    """Classpath folder of the compiled step helper, built once per machine; ``None`` if it cannot be built.
+
+    The cache entry is keyed by the helper's source and the engine jar's content, compiled for Java 8 bytecode
+    (``--release 8``) so any JVM the engine runs on loads it. A failure is logged once per process.
+    """
+    from scienceworld.constants import JAR_PATH
+
+    javac = _javac()
+    if javac is None:
+        logger.warning(
+            "javac not found (a JRE without a JDK): ScienceWorld steps use the engine's slower "
+            "PythonInterface.step. Install a JDK (apt-get install -y default-jdk-headless) for faster steps."
+        )
+        return None
+    digest = hashlib.sha256(STEP_HELPER_SOURCE.encode())
+    with open(JAR_PATH, "rb") as jar:
+        for block in iter(lambda: jar.read(1 << 20), b""):
+            digest.update(block)
+
+    def build(folder: Path) -> None:
+        source = folder / "r3l" / "StepHelper.java"
+        source.parent.mkdir()
+        source.write_text(STEP_HELPER_SOURCE)
+        command = [javac, "--release", "8", "-nowarn", "-cp", JAR_PATH, "-d", str(folder), str(source)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise EngineError(f"javac exited with {done.returncode}: {(done.stderr or done.stdout)[-1000:]}")
+
+    try:
+        return build_dir_once(cache_root() / "scienceworld" / f"step-helper-{digest.hexdigest()[:16]}", build)
+    except (OSError, subprocess.SubprocessError, EngineError) as exc:
+        logger.warning("could not build the ScienceWorld step helper (%s): steps use PythonInterface.step", exc)
+        return None
 
 
 def _drain(stream: Any, keep: collections.deque | None) -> None:
@@ -105,12 +207,24 @@ class ScienceWorldJVM:
         start_timeout: seconds to wait for the JVM to listen and answer its first call.
         call_timeout: seconds one call may take before the JVM is declared hung (and killed).
         java_options: extra JVM options (e.g. ``("-Xmx1g",)``).
+        step_helper: play steps through the compiled helper (see the module docstring) when it can be built;
+            ``False`` always uses ``PythonInterface.step`` (the two give identical results).
     """
 
-    def __init__(self, *, start_timeout: float = 60.0, call_timeout: float = 300.0, java_options: tuple = ()):
+    def __init__(
+        self,
+        *,
+        start_timeout: float = 60.0,
+        call_timeout: float = 300.0,
+        java_options: tuple = (),
+        step_helper: bool = True,
+    ):
         self.start_timeout = float(start_timeout)
         self.call_timeout = float(call_timeout)
         self.java_options = tuple(java_options)
+        self.step_helper = bool(step_helper)
+        self._helper_dir: Path | None = None
+        self._helper_step: Any = None
         self._proc: subprocess.Popen | None = None
         self._gateway: Any = None
         self._interface: Any = None
@@ -141,14 +255,16 @@ class ScienceWorldJVM:
         from py4j.java_gateway import GatewayParameters, JavaGateway, find_jar_path
         from scienceworld.constants import BASEPATH, JAR_PATH
 
+        self._helper_dir = step_helper_dir() if self.step_helper else None
         t0 = time.perf_counter()
+        classpath = [find_jar_path(), JAR_PATH, *([str(self._helper_dir)] if self._helper_dir else [])]
         command = [
             _java_executable(),
             *self.java_options,
             "--add-opens",  # lets call_preserving_random() read java.util.Random's private state
             "java.base/java.util=ALL-UNNAMED",
             "-cp",
-            os.pathsep.join([find_jar_path(), JAR_PATH]),
+            os.pathsep.join(classpath),
             "py4j.GatewayServer",
             "--die-on-broken-pipe",
             "0",  # ephemeral port: parallel envs never collide
@@ -191,8 +307,24 @@ class ScienceWorldJVM:
             self._random_fields = {str(f.getName()): f for f in fields}
             for field in self._random_fields.values():
                 field.setAccessible(True)
+            if self._helper_dir is not None:
+                self._helper_step = self.call_jvm(self._find_helper, what="loading the step helper")
             self.engine_seconds = time.perf_counter() - t0
         return self._interface
+
+    def _find_helper(self, jvm: Any) -> Any:
+        """The helper's static ``step`` (a py4j member, fetched once: each lookup is a round trip), or ``None``."""
+        from py4j.java_gateway import JavaClass
+
+        helper = jvm
+        for name in _STEP_HELPER_CLASS.split("."):
+            helper = getattr(helper, name)
+        if not isinstance(helper, JavaClass):  # py4j answers a package for a name it cannot load
+            logger.warning(
+                "the JVM did not load %s from %s: steps use PythonInterface.step", _STEP_HELPER_CLASS, self._helper_dir
+            )
+            return None
+        return helper.step
 
     def _read_port(self, proc: subprocess.Popen, deadline: float) -> int:
         """Wait for the port line the gateway prints once it listens (or for the JVM to fail)."""
@@ -229,7 +361,7 @@ class ScienceWorldJVM:
         if self._finalizer is not None:
             self._finalizer()  # runs _terminate once, then detaches
         self._finalizer = None
-        self._proc = self._gateway = self._interface = self._random = None
+        self._proc = self._gateway = self._interface = self._random = self._helper_step = None
         self._random_fields = {}
 
     def kill(self) -> None:
@@ -243,6 +375,22 @@ class ScienceWorldJVM:
         """Call ``PythonInterface.<method>(*args)`` in the JVM; raises :class:`EngineError` if the JVM is gone."""
         engine = self._engine()
         return self.call_jvm(lambda _jvm: getattr(engine, method)(*args), what=method)
+
+    @property
+    def uses_step_helper(self) -> bool:
+        """True when steps go through the compiled helper (known once the engine is loaded)."""
+        return self._helper_step is not None
+
+    def step(self, action: str) -> tuple[str, float, bool]:
+        """Play one action: the engine's observation, its score (-1 to 1) and its "task completed" flag."""
+        engine = self._engine()
+        helper = self._helper_step
+        if helper is not None:
+            answer = self.call_jvm(lambda _jvm: helper(engine, action), what="step")
+            score, completed, observation = str(answer).split("\t", 2)
+            return observation, float(score), completed == "true"
+        observation = str(self.call_jvm(lambda _jvm: engine.step(action), what="step"))
+        return observation, float(self.call("getScore")), bool(self.call("getCompleted"))
 
     def call_preserving_random(self, method: str, *args: Any) -> list[str]:
         """Call a method returning a list of strings, leaving the engine's global random generator as it was.
