@@ -23,14 +23,18 @@ contains guidance either way.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Sequence
+from functools import partial
 
 import gymnasium as gym
 
 from wrappers.data import Trajectory
+from wrappers.envops import EnvOps
 from wrappers.reflection import Reflection, ReflectionRequest, reflection_messages
+from wrappers.rollout import DEFAULT_ENV_WORKERS
 
 __all__ = ["OracleReflector", "expert_plan"]
 
@@ -56,6 +60,15 @@ def expert_plan(env: gym.Env, task_id: str) -> list[str] | None:
     return None
 
 
+def _task_key(req: ReflectionRequest) -> tuple[str, str]:
+    """Which plan a request needs: its env's id and kwargs (they decide the tasks), and the task."""
+    spec = req.env.spec
+    made = (
+        f"{spec.id} {json.dumps(spec.kwargs, sort_keys=True, default=repr)}" if spec else repr(type(req.env.unwrapped))
+    )
+    return made, req.trajectory.task_id
+
+
 def _same(a: str, b: str) -> bool:
     return " ".join(a.lower().split()) == " ".join(b.lower().split())
 
@@ -77,17 +90,25 @@ class OracleReflector:
     Args:
         reveal_answer: math only: put the reference answer in the guidance (default ``False``).
         reveal_steps: plan envs: how many expert actions from the pivot on the guidance names (default 1).
+        workers: expert plans are computed once per task of a batch, in this many threads (one per idle env;
+            ScienceWorld's gold path takes about a second of JVM time); 1 computes them serially.
     """
 
     name = "oracle"
 
-    def __init__(self, *, reveal_answer: bool = False, reveal_steps: int = 1):
+    def __init__(self, *, reveal_answer: bool = False, reveal_steps: int = 1, workers: int = DEFAULT_ENV_WORKERS):
         if reveal_steps < 0:
             raise ValueError(f"reveal_steps must be >= 0, got {reveal_steps}")
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1 (1 computes plans serially), got {workers}")
         self.reveal_answer = reveal_answer
         self.reveal_steps = reveal_steps
+        self.workers = workers
 
     def reflect(self, requests: Sequence[ReflectionRequest]) -> list[Reflection]:
+        plans = self._plans(
+            [r for r in requests if r.env is not None and not hasattr(r.env.unwrapped, "reference_answer")]
+        )
         out = []
         for req in requests:
             if req.env is None:
@@ -95,7 +116,7 @@ class OracleReflector:
             elif hasattr(req.env.unwrapped, "reference_answer"):
                 refl = self._math(req.trajectory, req.env)
             else:
-                refl = self._plan(req.trajectory, req.env)
+                refl = self._plan(req.trajectory, plans[_task_key(req)])
             refl.source = self.name
             refl.text = refl.text or refl.as_json()
             # The prompt a model reflector would have seen: the auxiliary reflection sample teaches the policy
@@ -129,8 +150,16 @@ class OracleReflector:
         return Reflection(outcome, pivot, summary=summary, root_cause=cause, suggestion=fix)
 
     # ------------------------------------------------------------------ expert plans
-    def _plan(self, traj: Trajectory, env: gym.Env) -> Reflection:
-        plan = expert_plan(env, traj.task_id)
+    def _plans(self, requests: Sequence[ReflectionRequest]) -> dict[tuple[str, str], list[str] | None]:
+        """The expert plan of every distinct task among ``requests``, each on one of its requests' idle envs."""
+        first: dict[tuple[str, str], gym.Env] = {}
+        for req in requests:
+            first.setdefault(_task_key(req), req.env)
+        with EnvOps(self.workers) as ops:
+            plans = ops.map([partial(expert_plan, env, key[1]) for key, env in first.items()])
+        return dict(zip(first, plans, strict=True))
+
+    def _plan(self, traj: Trajectory, plan: list[str] | None) -> Reflection:
         if not plan:
             return Reflection(None, None, error="no_plan")
         done, pivot = 0, None
