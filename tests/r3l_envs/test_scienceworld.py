@@ -164,19 +164,32 @@ def test_admissible_actions_kwarg_fills_info_on_every_step():
 
 @pytest.mark.slow
 def test_gold_path_wins_every_task_type():
-    """One variation of each of the 30 task types (from the test split), played along its gold path."""
+    """One variation of each of the 30 task types (from the test split), played along its gold path.
+
+    Each is played again through ``PythonInterface.step`` (no step helper): the transcripts must be identical.
+    """
     # some gold paths (mendelian genetics, inclined planes) are longer than the default 100-step limit
-    with gym.make("r3l/ScienceWorld-v0", split="test", max_episode_steps=250) as env:
+    with (
+        gym.make("r3l/ScienceWorld-v0", split="test", max_episode_steps=250) as env,
+        gym.make("r3l/ScienceWorld-v0", split="test", max_episode_steps=250) as plain,
+    ):
+        plain.unwrapped.jvm.step_helper = False
         ids = env.unwrapped.task_ids
         first = {}
         for task_id in ids:
             first.setdefault(task_id.split("/")[0], task_id)
         assert len(first) == 30
-        failures = []
+        failures, differences = [], []
         for task_id in first.values():
             env.reset(options={"task_id": task_id})
-            steps = _play(env, env.unwrapped.gold_actions())
+            gold = env.unwrapped.gold_actions()
+            steps = _play(env, gold)
             _, _, terminated, score, won = steps[-1]
             if not (terminated and won and score == 1.0) or sum(s[1] for s in steps) != pytest.approx(1.0):
                 failures.append((task_id, score, won))
+            plain.reset(options={"task_id": task_id})
+            if _play(plain, gold) != steps:
+                differences.append(task_id)
+        assert env.unwrapped.jvm.uses_step_helper and not plain.unwrapped.jvm.uses_step_helper
         assert not failures
+        assert not differences
