@@ -1,4 +1,4 @@
-"""The ``r3l`` command line: ``demo``, ``envs``, ``check``, ``eval`` and ``show`` (``r3l --help``)."""
+"""The ``r3l`` command line: ``demo``, ``envs``, ``check``, ``train``, ``eval`` and ``show`` (``r3l --help``)."""
 
 from __future__ import annotations
 
@@ -75,6 +75,12 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    from r3l_learn.train_cli import run_train
+
+    return run_train(args)
+
+
 def _show(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -108,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("env_id")
     check.add_argument("kwargs", nargs="*", help="make() kwargs as key=value")
     check.set_defaults(func=_check)
+
+    tr = sub.add_parser("train", help="train a policy with R3L or a baseline (presets: --preset cpu-demo, ...)")
+    from r3l_learn.train_cli import add_train_arguments
+
+    add_train_arguments(tr)
+    tr.set_defaults(func=_train)
 
     ev = sub.add_parser("eval", help="evaluate a model on an env; writes the trajectories as JSONL")
     ev.add_argument("--env", required=True, help="env id, e.g. r3l/Countdown-v0")

@@ -1,0 +1,137 @@
+"""The learner loop end to end with the tiny model on the corridor env (constrained actions): resume
+determinism, skipped non-finite steps, config validation, outputs, and the ``r3l train`` CLI."""
+
+import json
+
+import pytest
+import torch
+
+import r3l_learn.train as train_module
+from r3l_learn.checkpoints import latest_checkpoint, load_checkpoint
+from r3l_learn.cli import main
+from r3l_learn.models import tiny_model
+from r3l_learn.train import TrainConfig, TrainingDivergedError, train
+
+pytestmark = pytest.mark.slow
+
+
+def _config(tmp_path, **overrides):
+    values = dict(
+        env="r3ltest/Corridor-v0",
+        model="tiny-random",
+        algo="r3l",
+        reflector="oracle",
+        steps=2,
+        tasks_per_step=1,
+        group_size=2,
+        max_turns=4,
+        max_new_tokens=8,
+        actions="constrained",
+        lr=1e-2,
+        eval_episodes=0,
+        out_dir=str(tmp_path / "run"),
+        checkpoint_every=1,
+        save_final=False,
+        tensorboard=False,
+        progress=False,
+    )
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def _weights(out_dir):
+    return load_checkpoint(latest_checkpoint(f"{out_dir}/checkpoints"))["model"]
+
+
+@pytest.mark.parametrize("algo", ["r3l", "grpo"])
+def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, algo):
+    straight = _config(tmp_path / "a", algo=algo, steps=3)
+    train(straight)
+    first = _config(tmp_path / "b", algo=algo, steps=1)
+    train(first)
+    resumed = train(_config(tmp_path / "b", algo=algo, steps=3), resume=True)
+    assert resumed.steps_done == 3
+    a, b = _weights(straight.out_dir), _weights(first.out_dir)
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=0)
+    steps = [r["step"] for r in map(json.loads, open(f"{first.out_dir}/metrics.jsonl")) if "train/reward" in r]
+    assert steps == [1, 2, 3]
+
+
+def test_resume_refuses_another_configuration_and_a_fresh_run_refuses_old_checkpoints(tmp_path):
+    train(_config(tmp_path, steps=1))
+    with pytest.raises(Exception, match="lr"):
+        train(_config(tmp_path, steps=2, lr=1e-3), resume=True)
+    with pytest.raises(Exception, match="--resume"):
+        train(_config(tmp_path, steps=2))
+
+
+def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, monkeypatch):
+    real = train_module.accumulate_gradients
+
+    def poisoned(model, *args, **kwargs):
+        stats = real(model, *args, **kwargs)
+        first = next(model.parameters())
+        first.grad = torch.full_like(first, float("nan"))
+        return stats
+
+    monkeypatch.setattr(train_module, "accumulate_gradients", poisoned)
+    config = _config(tmp_path, steps=5, max_bad_steps=3, weight_decay=0.0)
+    with pytest.raises(TrainingDivergedError, match="3 consecutive"):
+        train(config)
+    records = [json.loads(line) for line in open(f"{config.out_dir}/metrics.jsonl")]
+    assert [r["skipped"] for r in records if "skipped" in r] == [True, True, True]
+    initial, _ = tiny_model(seed=config.seed)  # what load_policy("tiny-random") builds
+    for name, value in _weights(config.out_dir).items():  # the checkpoint after two skipped steps
+        torch.testing.assert_close(value, dict(initial.named_parameters())[name].detach(), rtol=0, atol=0)
+
+
+def test_config_errors_say_how_to_fix_them():
+    with pytest.raises(ValueError) as err:
+        TrainConfig(env="r3l/Countdwn-v0", algo="ppo", group_size=3, lr=0, ablations=("no_pivot_credit",))
+    text = str(err.value)
+    for expected in ("did you mean", "r3l/Countdown-v0", "algo must be one of", "lr must be > 0", "ablations apply"):
+        assert expected in text
+
+
+def test_cli_trains_writes_outputs_and_prints_the_evals(tmp_path, capsys):
+    out = tmp_path / "cli"
+    code = main(
+        [
+            "train",
+            "--env",
+            "r3ltest/Corridor-v0",
+            "--model",
+            "tiny-random",
+            "--algo",
+            "r3l",
+            "--no-amplification",
+            "--reflector",
+            "oracle",
+            "--steps",
+            "1",
+            "--tasks-per-step",
+            "1",
+            "--group-size",
+            "2",
+            "--max-turns",
+            "3",
+            "--actions",
+            "constrained",
+            "--eval-episodes",
+            "2",
+            "--no-tensorboard",
+            "--no-progress",
+            "--out-dir",
+            str(out),
+        ]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "eval before training" in printed and "eval after training" in printed
+    config = json.loads((out / "config.json").read_text())
+    assert config["ablations"] == ["no_amplification"] and config["steps"] == 1
+    assert (out / "final" / "config.json").is_file()
+    assert (out / "plots" / "reward.png").is_file()
+    assert (out / "summary.txt").read_text().strip()
