@@ -9,6 +9,7 @@ import torch
 import r3l_learn.train as train_module
 from r3l_learn.checkpoints import latest_checkpoint, load_checkpoint
 from r3l_learn.cli import main
+from r3l_learn.metrics import read_metrics
 from r3l_learn.models import tiny_model
 from r3l_learn.train import TrainConfig, TrainingDivergedError, train
 
@@ -55,7 +56,7 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, algo):
     assert a.keys() == b.keys()
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0)
-    steps = [r["step"] for r in map(json.loads, open(f"{first.out_dir}/metrics.jsonl")) if "train/reward" in r]
+    steps = [r["step"] for r in read_metrics(f"{first.out_dir}/metrics.jsonl") if "train/reward" in r]
     assert steps == [1, 2, 3]
 
 
@@ -80,7 +81,7 @@ def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, monkeypatch):
     config = _config(tmp_path, steps=5, max_bad_steps=3, weight_decay=0.0)
     with pytest.raises(TrainingDivergedError, match="3 consecutive"):
         train(config)
-    records = [json.loads(line) for line in open(f"{config.out_dir}/metrics.jsonl")]
+    records = read_metrics(f"{config.out_dir}/metrics.jsonl")
     assert [r["skipped"] for r in records if "skipped" in r] == [True, True, True]
     initial, _ = tiny_model(seed=config.seed)  # what load_policy("tiny-random") builds
     for name, value in _weights(config.out_dir).items():  # the checkpoint after two skipped steps
