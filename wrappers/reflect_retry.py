@@ -144,6 +144,8 @@ class ReflectRetry:
         self.config = config or ReflectRetryConfig()
         self._rollout = replace(self.config.rollout, keep_checkpoints=True)
         self._envs: list[gym.Env] = []
+        #: Wall seconds of the last ``collect``, by phase: bases, reflect, retries, fill, total.
+        self.timings: dict[str, float] = {}
 
     def _pool(self, n: int) -> list[gym.Env]:
         while len(self._envs) < n:
@@ -162,6 +164,8 @@ class ReflectRetry:
         cfg = self.config
         k = cfg.group_size // 2
         jobs = [(g, task) for g, task in enumerate(task_ids) for _ in range(k)]
+        self.timings = dict.fromkeys(("bases", "reflect", "retries", "fill"), 0.0)
+        start = time.perf_counter()
         bases: list[Trajectory] = []
         reflections: list[Reflection] = []
         retries: list[Trajectory | None] = []
@@ -195,7 +199,9 @@ class ReflectRetry:
             if won and cfg.aux_samples:
                 groups[g].samples += self._aux(base, refl, retry)
         if cfg.fill:
+            lap = _Lap()
             self._fill(groups, seed)
+            self.timings["fill"] = lap()
         for group, st in zip(groups, stats, strict=True):
             group.env_id = group.trajectories[0].env_id
             group.metadata["stats"] = st.as_dict()
@@ -204,22 +210,24 @@ class ReflectRetry:
                 for traj in group.trajectories:
                     for turn in traj.turns:
                         turn.checkpoint = None
+        self.timings["total"] = time.perf_counter() - start
         return groups
 
     def _wave(
         self, jobs: Sequence[tuple[int, str]], first: int, wave: int, seed: int | None
     ) -> tuple[list[Trajectory], list[Reflection], list[Trajectory | None]]:
         """Bases, reflections and retries for ``jobs`` (one env each); ``first``: the index of ``jobs[0]``."""
-        lap = _Lap()
+        lap = _Lap(self.timings)
         bases = self._bases(jobs, seed, _BASES, first, wave)
         envs = self._pool(len(jobs))
-        logger.info("reflect-retry wave %d: %d bases in %.1fs", wave, len(bases), lap())
+        logger.info("reflect-retry wave %d: %d bases in %.1fs", wave, len(bases), lap("bases"))
         reflections = self.reflector.reflect([ReflectionRequest(b, env) for b, env in zip(bases, envs, strict=True)])
         if len(reflections) != len(bases):
             raise RuntimeError(f"the reflector returned {len(reflections)} reflections for {len(bases)} trajectories")
-        logger.info("reflect-retry wave %d: %d reflections in %.1fs", wave, len(reflections), lap())
+        logger.info("reflect-retry wave %d: %d reflections in %.1fs", wave, len(reflections), lap("reflect"))
         retries = self._retries(bases, reflections, envs, _mix(seed, _RETRIES, wave))
-        logger.info("reflect-retry wave %d: %d retries in %.1fs", wave, sum(r is not None for r in retries), lap())
+        n = sum(r is not None for r in retries)
+        logger.info("reflect-retry wave %d: %d retries in %.1fs", wave, n, lap("retries"))
         return bases, reflections, retries
 
     def _bases(
@@ -328,14 +336,18 @@ def _mix(seed: int | None, phase: int, wave: int) -> int | None:
 
 
 class _Lap:
-    """Seconds since the previous call (or since creation), for phase timings in the log."""
+    """Seconds since the previous call (or since creation), for phase timings; ``lap(phase)`` also adds them
+    to ``totals[phase]``."""
 
-    def __init__(self) -> None:
+    def __init__(self, totals: dict[str, float] | None = None) -> None:
         self._last = time.perf_counter()
+        self._totals = totals
 
-    def __call__(self) -> float:
+    def __call__(self, phase: str | None = None) -> float:
         now = time.perf_counter()
         elapsed, self._last = now - self._last, now
+        if phase is not None and self._totals is not None:
+            self._totals[phase] = self._totals.get(phase, 0.0) + elapsed
         return elapsed
 
 
