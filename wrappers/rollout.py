@@ -2,8 +2,10 @@
 
 The loop is written once. Each env instance is driven by an :class:`AgentEpisode` (prompt building,
 parsing, env stepping, bookkeeping); :func:`rollout_batch` gathers the prompts of every running episode into
-one ``generate`` (or one ``score`` in constrained mode) call per round. Expected per-episode failures (an
-unparseable reply, a context that no longer fits) are recorded in the trajectory and never raise.
+one ``generate`` (or one ``score`` in constrained mode) call per round, on the calling thread, and runs the
+round's env calls in ``RolloutConfig.env_workers`` threads (:mod:`wrappers.envops`; same trajectories as
+serial). Expected per-episode failures (an unparseable reply, a context that no longer fits) are recorded in
+the trajectory and never raise; an env call that raises propagates.
 """
 
 from __future__ import annotations
