@@ -3,7 +3,7 @@
 What differs from upstream's Python ``ScienceWorldEnv``, and why:
 
 * **Fast steps.** Upstream's ``step()`` enumerates every valid action-object combination on every step (about
-  120 ms in a furnished room: 8–26 steps/s). We play the engine's own step directly (about 5 ms, through a
+  120 ms in a furnished room: 8–26 steps/s). We play the engine's own step directly (about 6 ms warm, through a
   small compiled helper that also skips upstream's run history and debug output; see
   :mod:`~r3l_envs.scienceworld.jvm`) and compute the valid actions only when asked: ``admissible_actions=True``
   fills ``info["admissible_actions"]`` on every step at that cost; otherwise it is ``None`` and

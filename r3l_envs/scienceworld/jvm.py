@@ -3,8 +3,8 @@
 Upstream's ``ScienceWorldEnv`` starts its JVM in the constructor, adds a Python callback server nobody needs,
 and relies on ``__del__`` to stop it. :class:`ScienceWorldJVM` owns the process instead:
 
-* **Start**: ``java -cp <py4j jar>:<scienceworld.jar> py4j.GatewayServer --die-on-broken-pipe 0``. The server
-  prints its (ephemeral) port on stdout when it listens; we wait for that line with a deadline
+* **Start**: ``java -cp <py4j jar>:<scienceworld.jar>[:<step helper>] py4j.GatewayServer --die-on-broken-pipe 0``.
+  The server prints its (ephemeral) port on stdout when it listens; we wait for that line with a deadline
   (``select``, no sleeps), then connect and make one real call before declaring the JVM ready.
 * **No leaks**: ``close()``, garbage collection and interpreter exit all run the same finalizer
   (:func:`weakref.finalize`), which closes the gateway and the JVM's stdin, then terminates and kills the
@@ -19,9 +19,10 @@ the engine, and another keeps the last lines of stderr for error messages.
 
 **Steps** go through a small Java helper, :data:`STEP_HELPER_SOURCE`, compiled with ``javac`` against the
 engine's jar on first use and cached under :func:`r3l_envs.cache.cache_root` (see :func:`step_helper_dir`).
-Upstream's ``PythonInterface.step`` plays the action, then spends about a sixth of the step on work nobody
-reads: a "look around" and an inventory for its run history, the list of every object referent in view, and
-three debug prints that the drain thread then has to read. The helper calls the same engine step
+Upstream's ``PythonInterface.step`` plays the action, then does work nobody reads: a "look around" and an
+inventory for its run history, the list of every object referent in view, and three debug prints that the
+drain thread then has to read (with ``getScore``/``getCompleted`` after it, about a sixth of the CPU time of a
+warm step, JVM and Python together; see ``benchmarks/sciworld.py``). The helper calls the same engine step
 (``AgentInterface.step``), stores the score and completion flag exactly as ``PythonInterface.step`` does, and
 returns the observation with them in one round trip. The action history upstream keeps for
 ``getActionHistory``/``getRunHistoryJSON`` is not recorded (r3l keeps its own). Where ``javac`` is missing (a
