@@ -14,6 +14,7 @@ shared catalogues are read-only, shared graders take a lock).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
 from typing import Any, TypeVar
@@ -26,6 +27,9 @@ T = TypeVar("T")
 class EnvOps:
     """A bounded pool for env calls; ``workers=1`` runs each call inline on the calling thread (no threads).
 
+    While it waits (:meth:`gather`), the calling thread runs the submitted calls that no pool thread has
+    started yet, so fast calls cost no thread hand-off and slow ones still overlap.
+
     Use as a context manager: leaving it waits for every call still running, so no env is touched after.
     An exception raised by a call is re-raised on the calling thread (never swallowed).
     """
@@ -35,6 +39,7 @@ class EnvOps:
             raise ValueError(f"workers must be >= 1 (1 runs env calls serially), got {workers}")
         self.workers = workers
         self._pool: ThreadPoolExecutor | None = None
+        self._calls: dict[Future[Any], _Call] = {}
 
     def __enter__(self) -> EnvOps:
         return self
@@ -52,7 +57,10 @@ class EnvOps:
             return done
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="r3l-env")
-        return self._pool.submit(fn, *args)
+        call = _Call(fn, args)
+        self._calls[call.future] = call
+        self._pool.submit(call.run)
+        return call.future
 
     def gather(self, futures: Sequence[Future[T]], then: Callable[[int, T], None] | None = None) -> list[T]:
         """Wait for ``futures``; call ``then(i, result)`` on the calling thread as each one finishes.
@@ -60,13 +68,17 @@ class EnvOps:
         If a call failed, no further ``then`` runs, every other call is waited for, and the failure of the
         lowest index is raised (the same one whatever the timing, when failures are deterministic).
         """
-        index = {id(f): i for i, f in enumerate(futures)}
+        index = {f: i for i, f in enumerate(futures)}
         try:
+            for future in futures:
+                call = self._calls.pop(future, None)
+                if call is not None:
+                    call.run()  # unless a pool thread has claimed it
             for future in as_completed(futures):
                 if future.exception() is not None:
                     break
                 if then is not None:
-                    then(index[id(future)], future.result())
+                    then(index[future], future.result())
         finally:
             wait(futures)
         failed = [f for f in futures if f.exception() is not None]
@@ -77,3 +89,22 @@ class EnvOps:
     def map(self, calls: Sequence[Callable[[], T]], then: Callable[[int, T], None] | None = None) -> list[T]:
         """``gather`` over ``submit(call)`` for every call, in order."""
         return self.gather([self.submit(call) for call in calls], then)
+
+
+class _Call:
+    """One submitted call, run exactly once: by a pool thread or by the caller, whichever claims it first."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]):
+        self.fn, self.args = fn, args
+        self.future: Future[Any] = Future()
+        self._claim = threading.Lock()
+
+    def run(self) -> None:
+        if not self._claim.acquire(blocking=False):
+            return
+        try:
+            result = self.fn(*self.args)
+        except BaseException as exc:  # handed to the caller by gather(), which re-raises it
+            self.future.set_exception(exc)
+        else:
+            self.future.set_result(result)

@@ -39,17 +39,25 @@ def without_checkpoints(groups):
 
 
 # ---------------------------------------------------------------------- EnvOps itself
-def test_serial_runs_inline_and_threads_run_elsewhere():
+def test_serial_runs_inline_and_threads_overlap():
     main = threading.get_ident()
     with EnvOps(1) as ops:
         assert ops.map([threading.get_ident] * 3) == [main] * 3
+    barrier = threading.Barrier(3, timeout=10)  # passes only with three calls in flight at once
     seen = []
-    with EnvOps(4) as ops:
-        out = ops.map([lambda k=k: (k, threading.get_ident()) for k in range(6)], then=lambda i, r: seen.append(i))
-    assert [k for k, _ in out] == list(range(6)) and all(t != main for _, t in out)
-    assert sorted(seen) == list(range(6))  # ``then`` ran once per call, on this thread
+    with EnvOps(3) as ops:
+        out = ops.map([lambda k=k: (k, barrier.wait()) for k in range(3)], then=lambda i, _: seen.append(i))
+    assert [k for k, _ in out] == [0, 1, 2] and sorted(seen) == [0, 1, 2]  # ``then`` once per call
     with pytest.raises(ValueError, match="workers must be >= 1"):
         EnvOps(0)
+
+
+def test_then_runs_on_the_calling_thread():
+    main = threading.get_ident()
+    callers = []
+    with EnvOps(4) as ops:
+        ops.map([lambda: time.sleep(0.01)] * 8, then=lambda i, _: callers.append(threading.get_ident()))
+    assert callers == [main] * 8
 
 
 class Boom(RuntimeError):
