@@ -244,9 +244,11 @@ def _install_sas_cache() -> None:
     translated: OrderedDict[Any, Any] = OrderedDict()
 
     def cached_pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
-        argv = sys.argv
-        # The translator keeps its options in module globals: one translation at a time, whatever the thread.
+        # The translator keeps its options in module globals and swaps sys.argv (and sys.stdout) while it runs:
+        # one translation at a time, whatever the thread, and argv read under the lock (read outside it, a
+        # thread could save the translator's argv while another translates, and "restore" that).
         with _translating:
+            argv = sys.argv
             try:
                 if not _active:
                     return translate(domain, problem, verbose=verbose, optimize=optimize)

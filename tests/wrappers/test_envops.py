@@ -2,6 +2,7 @@
 slow restores overlap instead of stalling the batch; a failing env call propagates; ``max_envs`` waves."""
 
 import re
+import sys
 import threading
 import time
 
@@ -150,6 +151,7 @@ ENVS = [
 
 @pytest.mark.parametrize("env_id", ENVS)
 def test_collect_is_the_same_serial_concurrent_and_in_waves(env_id):
+    argv = list(sys.argv)
     tasks, policy, reflector, max_turns = setup(env_id)
     envs = [gym.make(env_id) for _ in range(4)]  # shared by the three runs (one JVM each for ScienceWorld)
     runs = {}
@@ -167,6 +169,7 @@ def test_collect_is_the_same_serial_concurrent_and_in_waves(env_id):
     assert without_checkpoints(runs[4, 3]) == serial
     kinds = [t["kind"] for g in serial for t in g["trajectories"]]
     assert kinds.count("retry") >= 2  # restores really happened
+    assert sys.argv == argv  # engines that swap process globals (ALFWorld's translator) put them back
 
 
 def test_sampled_groups_do_not_depend_on_env_workers(tiny_policy):
