@@ -32,17 +32,19 @@ _PAPER: dict[str, Any] = {
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # The README demo: Countdown over 3 small numbers (many puzzles a 135M model can sometimes solve), the
-    # oracle reflector (a 135M model cannot reflect: 0 of 8 reflections parsed in our tests), bf16-free fp32.
+    # The README demo: Countdown over 3 numbers up to 10 with 2 attempts; 3 turns at most, since a reply without
+    # a parseable action is a turn but no attempt. The oracle reflector, because a 135M model cannot reflect
+    # (0 of 8 self-reflections parsed in our tests); it names the wrong attempt, never the answer.
     "cpu-demo": {
         "env": "r3l/Countdown-v0",
         "env_kwargs": {"num_numbers": 3, "max_number": 10, "max_attempts": 2},
         "algo": "r3l",
         "reflector": "oracle",
+        "max_turns": 3,
         "steps": 4,
         "tasks_per_step": 2,
         "group_size": 4,
-        "max_new_tokens": 48,
+        "max_new_tokens": 64,
         "lr": 5e-5,
         "micro_batch_size": 4,
         "eval_every": 0,

@@ -68,15 +68,15 @@ class TrainConfig:
     # what to train, on what
     env: str = "r3l/Countdown-v0"  # a registered env id
     env_kwargs: dict[str, Any] = field(default_factory=dict)  # gym.make kwargs for train and eval envs
-    train_split: str = "train"
-    eval_split: str = "test"
+    train_split: str = "train"  # the split tasks are drawn from (in a seeded order, epoch after epoch)
+    eval_split: str = "test"  # the held-out split of the periodic evals
     model: str = DEFAULT_MODEL  # an embedded model name, a local HF folder, or "tiny-random"
     algo: str = "r3l"  # one of r3l_learn.algorithms.ALGORITHMS
     ablations: tuple[str, ...] = ()  # r3l only: no_pivot_credit, no_amplification, no_reflect_retry
     reflector: str = "self"  # "self" (the paper), "oracle" (privileged env knowledge), or a model name/folder
     # sampling budget: every algorithm samples group_size trajectories per task (r3l: N/2 bases + retries + fill)
-    steps: int = 20
-    tasks_per_step: int = 4
+    steps: int = 20  # optimiser steps; each collects tasks_per_step groups
+    tasks_per_step: int = 4  # groups (tasks) per step; the paper uses 96
     group_size: int = 8  # N; R3L.md §1
     fill: bool = True  # top r3l groups up to N with extra bases, so budgets are equal across algorithms
     temperature: float = 1.0  # R3L.md §4
@@ -87,36 +87,36 @@ class TrainConfig:
     alpha: float = 3.0  # positive amplification; the authors' sweep found 1-5 similar
     aux_weight: float | None = None  # λ of the auxiliary SFT term; None: α (R3L.md §4)
     kl_coef: float | None = None  # None: the algorithm's default (0 for r3l, 0.001 for grpo)
-    kl_estimator: str = "k3"
+    kl_estimator: str = "k3"  # k1, k2 or k3 (see r3l_learn.losses.kl_penalty)
     clip: float = 0.2  # ppo_clip's ε
-    aggregation: str = "token_mean"
+    aggregation: str = "token_mean"  # or seq_mean; R3L.md §4 uses the token mean
     # optimiser: small models on CPU need a far higher lr than the paper's 1e-6 for 1.5B models
-    lr: float = 1e-5
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
+    lr: float = 1e-5  # AdamW learning rate
+    weight_decay: float = 0.01  # AdamW, as the paper
+    grad_clip: float = 1.0  # max global gradient norm
     micro_batch_size: int = 4  # rows per forward/backward; the loss is independent of it
     # efficiency
-    device: str = "cpu"
+    device: str = "cpu"  # "cpu" or "cuda[:i]"
     dtype: str = "float32"  # weights; "auto" picks bf16 where the device computes it natively
     autocast: str = "off"  # "bf16": bf16 autocast for the training forward pass (fp32 master weights)
     gradient_checkpointing: bool = False
     lora_rank: int = 0  # > 0: train LoRA adapters of this rank instead of every weight (needs peft)
-    lora_alpha: float = 16.0
+    lora_alpha: float = 16.0  # LoRA scaling numerator
     logprob_chunk: int = 1024  # LM-head positions per chunk
     # evaluation (held-out split, fixed temperature)
     eval_every: int = 10  # steps between evals; 0: only before and after training
-    eval_episodes: int = 16
+    eval_episodes: int = 16  # held-out episodes per eval (the same ones each time); 0: no evals
     eval_temperature: float = 0.4  # R3L.md §4
-    eval_batch_size: int = 8
+    eval_batch_size: int = 8  # eval episodes played together
     # the run
-    out_dir: str = "runs/r3l"
-    seed: int = 0
+    out_dir: str = "runs/r3l"  # metrics, checkpoints, plots, summary and the final model go here
+    seed: int = 0  # seeds task order, sampling and the initial weights of tiny-random
     checkpoint_every: int = 10  # 0: only at the end and on Ctrl-C
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = 2  # newest checkpoints kept on disk
     max_bad_steps: int = 3  # consecutive non-finite steps before giving up
     save_final: bool = True  # write the trained model (or adapters) to out_dir/final
-    tensorboard: bool = True
-    progress: bool = True
+    tensorboard: bool = True  # also log to out_dir/tensorboard (needs the tensorboard package)
+    progress: bool = True  # a progress bar with live reward and success
 
     def __post_init__(self) -> None:
         self.ablations = tuple(self.ablations)
