@@ -97,6 +97,7 @@ class TrainConfig:
     micro_batch_size: int = 4  # rows per forward/backward; the loss is independent of it
     # efficiency
     device: str = "cpu"  # "cpu" or "cuda[:i]"
+    rollout_backend: str = "hf"  # "hf": rollouts share the trained model; "vllm": a vLLM engine gets each update
     dtype: str = "float32"  # weights; "auto" picks bf16 where the device computes it natively
     autocast: str = "off"  # "bf16": bf16 autocast for the training forward pass (fp32 master weights)
     gradient_checkpointing: bool = False
@@ -143,6 +144,10 @@ class TrainConfig:
             problems.append(f"lr must be > 0, got {self.lr}")
         if self.actions not in ("free", "constrained"):
             problems.append(f"actions must be 'free' or 'constrained', got {self.actions!r}")
+        if self.rollout_backend not in ("hf", "vllm"):
+            problems.append(f"rollout_backend must be 'hf' or 'vllm', got {self.rollout_backend!r}")
+        if self.rollout_backend == "vllm" and (self.lora_rank or not self.device.startswith("cuda")):
+            problems.append("rollout_backend='vllm' needs --device cuda and full fine-tuning (no --lora-rank)")
         if self.autocast not in ("off", "bf16"):
             problems.append(f"autocast must be 'off' or 'bf16', got {self.autocast!r}")
         if self.aggregation not in AGGREGATIONS:
@@ -251,6 +256,17 @@ def _load_policy(config: TrainConfig) -> Any:
         if config.lora_rank:
             policy.model.enable_input_require_grads()
     return policy
+
+
+def _rollout_policy(config: TrainConfig, policy: Any) -> Any:
+    """Who plays the episodes: the trained policy itself, or a vLLM engine that receives every update."""
+    if config.rollout_backend == "hf":
+        return policy
+    from r3l_learn.vllm_policy import VLLMPolicy
+
+    engine = VLLMPolicy(config.model, dtype="bfloat16", seed=config.seed, gpu_memory_utilization=0.4)
+    engine.update_weights(policy.model.state_dict())  # start from the trained model's weights (resume, dtype)
+    return engine
 
 
 def _reflector(config: TrainConfig, policy: Any) -> Reflector | None:
@@ -387,13 +403,14 @@ def train(config: TrainConfig, *, resume: bool = False) -> TrainResult:
     (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
     log = MetricsLogger(out, tensorboard=config.tensorboard)
     rollout = _rollout_config(config, config.temperature)
+    player = _rollout_policy(config, policy)
     collector: Collector = make_collector(
         config.env,
-        policy,
+        player,
         reflect_retry=algo.reflect_retry,
         group_size=config.group_size,
         rollout=rollout,
-        reflector=_reflector(config, policy),
+        reflector=_reflector(config, player),
         pivotal_credit=algo.pivotal_credit,
         aux_samples=algo.aux_samples,
         fill=config.fill,
@@ -422,7 +439,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> TrainResult:
     try:
         with _Interrupts() as interrupts:
             if start == 0 and config.eval_episodes:
-                eval_before = _eval(config, policy, 0, log)
+                eval_before = _eval(config, player, 0, log)
             for step in range(start, config.steps):
                 t0 = time.perf_counter()
                 model.eval()
@@ -445,6 +462,8 @@ def train(config: TrainConfig, *, resume: bool = False) -> TrainResult:
                     ok = upd.finite and math.isfinite(grad_norm)
                     if ok:
                         optimizer.step()
+                        if player is not policy:
+                            player.update_weights(model.state_dict())
                     optimizer.zero_grad(set_to_none=True)
                     model.eval()
                     completed, cursor_done = step + 1, stream.cursor
@@ -478,7 +497,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> TrainResult:
                     save()
                 periodic = config.eval_every and completed % config.eval_every == 0 and completed < config.steps
                 if periodic and config.eval_episodes:
-                    _eval(config, policy, completed, log)
+                    _eval(config, player, completed, log)
     except KeyboardInterrupt:
         interrupted = True
         logger.warning("interrupted: saving a checkpoint of the last completed step (%d)", completed)
@@ -489,7 +508,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> TrainResult:
     if interrupted:
         log.close()
         return TrainResult(completed, eval_before, None, metrics, out, interrupted=True)
-    eval_after = _eval(config, policy, config.steps, log) if config.eval_episodes else None
+    eval_after = _eval(config, player, config.steps, log) if config.eval_episodes else None
     log.close()
     if config.save_final:
         policy.model.save_pretrained(out / "final")

@@ -68,3 +68,28 @@ def test_weight_push_changes_and_restores_outputs(policies):
     assert vllm_policy.generate([prompt], greedy)[0].token_ids != before
     vllm_policy.update_weights(state)
     assert vllm_policy.generate([prompt], greedy)[0].token_ids == before
+
+
+def test_training_with_vllm_rollouts_runs_and_pushes_updates(tmp_path):
+    pytest.importorskip("vllm")
+    from r3l_learn.models import DEFAULT_MODEL
+    from r3l_learn.train import TrainConfig, train
+
+    config = TrainConfig(
+        env="r3ltest/Corridor-v0",
+        model=DEFAULT_MODEL,
+        algo="opmd",
+        steps=2,
+        tasks_per_step=2,
+        group_size=4,
+        max_turns=4,
+        actions="constrained",
+        device="cuda",
+        rollout_backend="vllm",
+        eval_episodes=4,
+        out_dir=str(tmp_path / "run"),
+        save_final=False,
+        progress=False,
+    )
+    result = train(config)
+    assert result.steps_done == 2 and result.eval_after is not None
