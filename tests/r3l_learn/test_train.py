@@ -136,3 +136,43 @@ def test_cli_trains_writes_outputs_and_prints_the_evals(tmp_path, capsys):
     assert (out / "final" / "config.json").is_file()
     assert (out / "plots" / "reward.png").is_file()
     assert (out / "summary.txt").read_text().strip()
+
+
+def test_ctrl_c_saves_the_last_completed_step_and_resume_continues(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    out = tmp_path / "interrupted"
+    tests_dir = Path(__file__).resolve().parents[1]
+    script = (
+        f"import sys; import wrappers; sys.path.append({str(tests_dir)!r}); import corridor; corridor.register(); "
+        "from r3l_learn.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    args = ["train", "--env", "r3ltest/Corridor-v0", "--model", "tiny-random", "--algo", "opmd", "--steps", "200"]
+    args += ["--tasks-per-step", "1", "--group-size", "2", "--max-turns", "3", "--actions", "constrained"]
+    args += ["--eval-episodes", "0", "--checkpoint-every", "0", "--no-tensorboard", "--no-progress"]
+    args += ["--no-save-final", "--out-dir", str(out)]
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        metrics = out / "metrics.jsonl"
+        if metrics.is_file() and len(read_metrics(metrics)) >= 2:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    state = load_checkpoint(latest_checkpoint(out / "checkpoints"))
+    logged = [r["step"] for r in read_metrics(out / "metrics.jsonl")]
+    assert state["step"] >= 2 and logged[-1] in (state["step"], state["step"] + 1)
+    # the same command plus --resume (the saved config.json supplies everything else)
+    again = subprocess.run(
+        [sys.executable, "-c", script, "train", "--resume", "--out-dir", str(out), "--steps", str(state["step"] + 1)],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        check=False,
+    )
+    assert again.returncode == 0
+    assert load_checkpoint(latest_checkpoint(out / "checkpoints"))["step"] == state["step"] + 1
