@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import logging
 import re
+import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -226,6 +227,12 @@ class TextWorldEnv(TextEnv):
         super().close()
 
 
+# TextWorld parses a game's logic with a tatsu grammar whose parser state is shared module-wide: two threads
+# loading games at once corrupt each other ("pop from empty list"). Rollouts reset envs from a thread pool, so
+# loading is serialised; stepping and restoring touch only per-instance state and stay concurrent.
+_LOAD_LOCK = threading.Lock()
+
+
 def _start_engine(path: Path) -> tuple[Any, Any]:
     import jericho
     import textworld
@@ -239,7 +246,8 @@ def _start_engine(path: Path) -> tuple[Any, Any]:
     try:
         with warnings.catch_warnings():  # jericho warns that TextWorld games lack its own score detection
             warnings.simplefilter("ignore", jericho.UnsupportedGameWarning)
-            env = textworld.start(str(path), request_infos=infos)
+            with _LOAD_LOCK:
+                env = textworld.start(str(path), request_infos=infos)
         env.seed(0)  # jericho's RNG is part of its saved state; a fixed seed makes episodes reproducible
         return env, env._wrapped_env._game  # the Game that TextWorld's StateTracking layer loaded
     except Exception as exc:  # any failure to load means the cached files are damaged

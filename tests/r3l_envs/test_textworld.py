@@ -170,3 +170,16 @@ def test_bad_kwargs_say_what_is_allowed():
         gym.make(ENV_ID, game_type="treasure_hunter", difficulty=99)
     with pytest.raises(ValueError, match="game_type must be one of"):
         gym.make(ENV_ID, game_type="zork")
+
+
+def test_envs_reset_concurrently_from_threads():
+    """Rollouts reset envs from a thread pool; TextWorld's game loading must survive that."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    envs = [gym.make("r3l/TextWorld-v0", game_type="coin_collector", difficulty=2, split="test") for _ in range(4)]
+    task_ids = list(envs[0].unwrapped.task_ids[:4])
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda pair: pair[0].reset(options={"task_id": pair[1]}), zip(envs, task_ids)))
+    assert [info["task_id"] for _, info in results] == task_ids
+    for env in envs:
+        env.close()
