@@ -15,31 +15,16 @@ from collections.abc import Callable
 
 import torch
 
+from r3l_learn.registry import Registry
+
 __all__ = ["ADVANTAGES", "AdvantageFn", "get_advantage", "group_mean", "register_advantage"]
 
 AdvantageFn = Callable[..., torch.Tensor]
 
 #: name -> estimator
-ADVANTAGES: dict[str, AdvantageFn] = {}
-
-
-def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Decorator: add an estimator to :data:`ADVANTAGES` under ``name``."""
-
-    def add(fn: AdvantageFn) -> AdvantageFn:
-        if name in ADVANTAGES:
-            raise ValueError(f"advantage {name!r} is already registered")
-        ADVANTAGES[name] = fn
-        return fn
-
-    return add
-
-
-def get_advantage(name: str) -> AdvantageFn:
-    """The estimator registered as ``name``; the error lists the known names."""
-    if name not in ADVANTAGES:
-        raise KeyError(f"unknown advantage {name!r}; registered: {sorted(ADVANTAGES)}")
-    return ADVANTAGES[name]
+ADVANTAGES = Registry("advantage")
+register_advantage = ADVANTAGES.register
+get_advantage = ADVANTAGES.get_fn
 
 
 def _check(rewards: torch.Tensor, group_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

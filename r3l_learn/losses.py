@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 import torch
 
+from r3l_learn.registry import Registry
+
 __all__ = [
     "AGGREGATIONS",
     "OBJECTIVES",
@@ -32,29 +34,12 @@ __all__ = [
 ObjectiveFn = Callable[..., torch.Tensor]
 
 #: name -> per-token objective
-OBJECTIVES: dict[str, ObjectiveFn] = {}
+OBJECTIVES = Registry("objective")
+register_objective = OBJECTIVES.register
+get_objective = OBJECTIVES.get_fn
 
 AGGREGATIONS = ("token_mean", "seq_mean")
 KL_ESTIMATORS = ("k1", "k2", "k3")
-
-
-def register_objective(name: str) -> Callable[[ObjectiveFn], ObjectiveFn]:
-    """Decorator: add a per-token objective to :data:`OBJECTIVES` under ``name``."""
-
-    def add(fn: ObjectiveFn) -> ObjectiveFn:
-        if name in OBJECTIVES:
-            raise ValueError(f"objective {name!r} is already registered")
-        OBJECTIVES[name] = fn
-        return fn
-
-    return add
-
-
-def get_objective(name: str) -> ObjectiveFn:
-    """The objective registered as ``name``; the error lists the known names."""
-    if name not in OBJECTIVES:
-        raise KeyError(f"unknown objective {name!r}; registered: {sorted(OBJECTIVES)}")
-    return OBJECTIVES[name]
 
 
 def _per_token(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
