@@ -307,9 +307,13 @@ def markdown(results: list[dict], args, facts: dict, load: tuple[float, float], 
         + (" (the machine was shared: compare ratios, not absolute times)." if max(load) > 1.5 else "."),
         "",
         "Retry cost. Tokens and env steps are counted on the collected retries: generated from the pivot vs "
-        "what a retry from scratch generates (prefix again + the same suffix). Time: each retry replayed alone, "
-        f"median of {args.repeats} alternating runs, pivot (restore + suffix) vs scratch (reset + everything); "
-        "restore alone vs reset + the prefix's env steps.",
+        "what a retry from scratch generates (prefix again + the same suffix). "
+        + (
+            "Time columns: scripted runs only."
+            if model_name
+            else f"Time: each retry replayed alone, median of {args.repeats} alternating runs, pivot (restore + "
+            "suffix) vs scratch (reset + everything); restore alone vs reset + the prefix's env steps."
+        ),
         "",
         "| env | restore | retries | mean pivot | tokens pivot ÷ scratch | env steps pivot ÷ scratch "
         "| time pivot ÷ scratch | restore vs reset + prefix (median) |",
@@ -333,6 +337,19 @@ def markdown(results: list[dict], args, facts: dict, load: tuple[float, float], 
             ),
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    if model_name:
+        lines += [
+            "",
+            "Where one collect's time went (retries generate from the pivot, bases from the start):",
+            "",
+        ]
+        lines += ["| env | bases | reflect (oracle) | retries | retries ÷ bases |", "|---|---|---|---|---|"]
+        for r in results:
+            t = r["collect_timings"]
+            lines.append(
+                f"| {_short(r['env'])} | {t['bases']:.1f} s | {t['reflect']:.1f} s | {t['retries']:.1f} s | "
+                f"{t['retries'] / t['bases']:.2f} |"
+            )
     conc = [r for r in results if r.get("concurrency")]
     if conc:
         lines += [
@@ -358,6 +375,15 @@ def markdown(results: list[dict], args, facts: dict, load: tuple[float, float], 
                 + " | ".join(cells)
                 + " |"
             )
+    if model_name:
+        lines += [
+            "",
+            "How to read it. The token and step ratios are what restarting at the pivot saved in generation and "
+            "env steps, with the pivots where the model first left the expert plan (or first answered wrong): a "
+            "weak model leaves the plan early, so its retries save little. The retry phase's time against the "
+            "bases' adds the restores and the guided contexts.",
+        ]
+        return "\n".join(lines)
     lines += [
         "",
         "How to read it. The token and step ratios are what restarting at the pivot saves in generation and env "
