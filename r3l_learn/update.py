@@ -113,8 +113,8 @@ def accumulate_gradients(
     ``.grad``; the caller zeroes them before and steps the optimiser after). Stops at the first non-finite
     micro-batch loss and reports it (``finite=False``); the caller must then discard the gradients."""
     totals = _Totals.of(rows)
-    needs_zero_adv = config.kl_coef > 0 or config.objective not in ("reinforce", "ppo_clip")
-    trainable = [r for r in rows if r.num_target_tokens > 0 and (r.aux or r.advantage != 0 or needs_zero_adv)]
+    zero_advantage_counts = config.kl_coef > 0 or config.objective not in ("reinforce", "ppo_clip")
+    trainable = [r for r in rows if r.num_target_tokens > 0 and (r.aux or r.advantage != 0 or zero_advantage_counts)]
     stats = UpdateStats(skipped_rows=len(rows) - len(trainable))
     stats.target_tokens = int(totals.policy_tokens + totals.aux_tokens)
     device = next(model.parameters()).device
