@@ -5,6 +5,7 @@ import re
 import sys
 import threading
 import time
+from concurrent.futures import wait
 
 import gymnasium as gym
 import pytest
@@ -80,6 +81,11 @@ def test_a_failing_call_propagates_after_the_others_finished():
         with pytest.raises(Boom, match="call 1"):  # the lowest failing index, whatever finished first
             ops.gather(futures, then=lambda i, _: None)
         assert sorted(finished) == [0, 3]  # nothing still runs on an env when the error reaches the caller
+    with EnvOps(2) as ops:
+        future = ops.submit(fail, 5)
+        wait([future], timeout=10)  # a pool thread ran it: this thread was not gathering
+        with pytest.raises(Boom, match="call 5"):
+            ops.gather([future])
     with EnvOps(1) as ops, pytest.raises(Boom, match="call 7"):
         ops.submit(fail, 7)  # serial: raised at once, as a plain call would
 
@@ -217,7 +223,7 @@ def countdown_collect(workers, delay=0.0, fail=None):
     return group, wall, rr.timings["retries"]
 
 
-K, DELAY = 4, 0.5
+K, DELAY = 4, 0.8  # the bound below leaves ~1 s for the rest of the collect on a loaded machine
 
 
 def test_slow_restores_overlap_instead_of_stalling_the_batch():
