@@ -346,16 +346,32 @@ def _first_attempt_won(traj: Trajectory) -> float:
     return float(bool(traj.turns) and bool(traj.turns[0].info.get("won", False)))
 
 
-def _step_metrics(groups: list[TrajectoryGroup], algo: Algorithm) -> dict[str, Any]:
+def _step_metrics(
+    groups: list[TrajectoryGroup], algo: Algorithm, upd: Any, grad_norm: float, ok: bool, times: tuple[float, ...]
+) -> dict[str, Any]:
+    """What one step logs: the groups' rewards and retry statistics, the loss parts, and where the time went."""
     trajs = [t for g in groups for t in g.trajectories]
     bases = [t for t in trajs if t.kind == "base"]
+    start, collected, updated = times
+    generated = sum(t.num_tokens for t in trajs)
     out: dict[str, Any] = {
         "train/reward": statistics.fmean(t.reward for t in trajs),
         "train/success": statistics.fmean(t.won for t in trajs),
         "train/base_success": statistics.fmean(t.won for t in bases) if bases else None,
         "train/trajectories": len(trajs),
         "train/aux_samples": sum(len(g.samples) for g in groups),
-        "speed/generated_tokens": sum(t.num_tokens for t in trajs),
+        "train/target_tokens": upd.target_tokens,
+        "loss/total": upd.loss if ok else None,
+        "loss/policy": upd.policy_loss if ok else None,
+        "loss/aux": upd.aux_loss if ok else None,
+        "loss/kl": upd.kl if ok else None,
+        "grad_norm": grad_norm if math.isfinite(grad_norm) else None,
+        "skipped": not ok,
+        "speed/generated_tokens": generated,
+        "speed/collect_s": collected - start,
+        "speed/update_s": updated - collected,
+        "speed/generated_tokens_per_s": generated / max(collected - start, 1e-9),
+        "speed/train_tokens_per_s": upd.tokens / max(updated - collected, 1e-9),
     }
     if algo.reflect_retry:
         stats = aggregate_stats(groups)
@@ -446,7 +462,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> TrainResult:
                 groups = collector.collect(stream.take(config.tasks_per_step), seed=config.seed * 100_003 + step)
                 t1 = time.perf_counter()
                 rows = rows_from_groups(groups, algo, alpha=config.alpha)
-                with interrupts.critical():  # a Ctrl-C here waits until the weights are consistent again
+                with interrupts.critical():  # a Ctrl-C here waits until the step is applied and logged
                     model.train()
                     optimizer.zero_grad(set_to_none=True)
                     upd = accumulate_gradients(
@@ -467,22 +483,8 @@ def train(config: TrainConfig, *, resume: bool = False) -> TrainResult:
                     optimizer.zero_grad(set_to_none=True)
                     model.eval()
                     completed, cursor_done = step + 1, stream.cursor
-                t2 = time.perf_counter()
-                metrics = {
-                    **_step_metrics(groups, algo),
-                    "loss/total": upd.loss if ok else None,
-                    "loss/policy": upd.policy_loss if ok else None,
-                    "loss/aux": upd.aux_loss if ok else None,
-                    "loss/kl": upd.kl if ok else None,
-                    "grad_norm": grad_norm if math.isfinite(grad_norm) else None,
-                    "skipped": not ok,
-                    "train/target_tokens": upd.target_tokens,
-                    "speed/collect_s": t1 - t0,
-                    "speed/update_s": t2 - t1,
-                }
-                metrics["speed/train_tokens_per_s"] = upd.tokens / max(t2 - t1, 1e-9)
-                metrics["speed/generated_tokens_per_s"] = metrics["speed/generated_tokens"] / max(t1 - t0, 1e-9)
-                log.log(completed, metrics)
+                    metrics = _step_metrics(groups, algo, upd, grad_norm, ok, (t0, t1, time.perf_counter()))
+                    log.log(completed, metrics)
                 bad_steps = 0 if ok else bad_steps + 1
                 if not ok:
                     logger.warning("step %d: non-finite loss or gradient; the update was skipped", completed)
