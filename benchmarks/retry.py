@@ -295,14 +295,21 @@ def _short(env_id: str) -> str:
 
 def markdown(results: list[dict], args, facts: dict, load: tuple[float, float], command: str, model_name) -> str:
     who = f"model {model_name} (constrained where the env lists actions)" if model_name else "scripted policy"
+    ran = {r["env"] for r in results}
+    sci = "r3l/ScienceWorld-v0" in ran
+    sci_tasks = f" ({args.sciworld_tasks} for ScienceWorld)" if sci else ""
+    exceptions = [f"ScienceWorld {SCIWORLD_MAX_TURNS}"] * sci + ["Countdown its 3 attempts"] * (
+        "r3l/Countdown-v0" in ran
+    )
+    turns = f" ({', '.join(exceptions)})" if exceptions else ""
     lines = [
-        "## Reflect-retry: retry from the pivot vs from scratch; serial vs concurrent env calls",
+        f"## Reflect-retry with {model_name}: retry from the pivot vs from scratch"
+        if model_name
+        else "## Reflect-retry: retry from the pivot vs from scratch; serial vs concurrent env calls",
         "",
         _report.machine_line(facts),
-        f"Command: `{command}`. {who}, `OracleReflector`, {args.tasks} tasks per env ({args.sciworld_tasks} for "
-        f"ScienceWorld), group size "
-        f"{args.group_size}, bases up to {args.max_turns} turns (ScienceWorld {SCIWORLD_MAX_TURNS}, Countdown its 3 "
-        "attempts). Load average "
+        f"Command: `{command}`. {who}, `OracleReflector`, {args.tasks} tasks per env{sci_tasks}, group size "
+        f"{args.group_size}, bases up to {args.max_turns} turns{turns}. Load average "
         f"{load[0]:.1f} at the start and {load[1]:.1f} at the end on {facts['cores']} cores"
         + (" (the machine was shared: compare ratios, not absolute times)." if max(load) > 1.5 else "."),
         "",
@@ -380,8 +387,9 @@ def markdown(results: list[dict], args, facts: dict, load: tuple[float, float], 
             "",
             "How to read it. The token and step ratios are what restarting at the pivot saved in generation and "
             "env steps, with the pivots where the model first left the expert plan (or first answered wrong): a "
-            "weak model leaves the plan early, so its retries save little. The retry phase's time against the "
-            "bases' adds the restores and the guided contexts.",
+            "weak model leaves the plan early, so its retries save little. The phase times are one collect's, on a "
+            "shared machine: the phases differ in load as well as in work (a retry may take fewer or more turns "
+            "than its base), so read them as where the time went, not as a controlled ratio.",
         ]
         return "\n".join(lines)
     lines += [
