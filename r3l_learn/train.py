@@ -353,7 +353,8 @@ def _step_metrics(
     trajs = [t for g in groups for t in g.trajectories]
     bases = [t for t in trajs if t.kind == "base"]
     start, collected, updated = times
-    generated = sum(t.num_tokens for t in trajs)
+    # a retry's turns before its pivot are the base's, reused: they cost no generation
+    generated = sum(len(turn.token_ids) for t in trajs for turn in t.turns[t.pivot or 0 :])
     out: dict[str, Any] = {
         "train/reward": statistics.fmean(t.reward for t in trajs),
         "train/success": statistics.fmean(t.won for t in trajs),
