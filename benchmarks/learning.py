@@ -327,10 +327,9 @@ def state(run: Run) -> str:
             return "stale"
     if finished(run):
         return "done"
-    ckpts = run.run_dir / "checkpoints"
-    if ckpts.is_dir() and any(ckpts.iterdir()):
-        return "resume"
-    return "fresh"
+    from r3l_learn.checkpoints import latest_checkpoint
+
+    return "resume" if latest_checkpoint(run.run_dir / "checkpoints") else "fresh"
 
 
 # ---------------------------------------------------------------------------------------------- executing
@@ -361,8 +360,6 @@ class Sweep:
     ):
         self.jobs, self.threads, self.deadline, self.run_timeout = jobs, threads, deadline, run_timeout
         self._stop = threading.Event()
-        self._procs: set[subprocess.Popen] = set()
-        self._lock = threading.Lock()
 
     def run(self, runs: Sequence[Run], *, keep_checkpoints: bool = False) -> list[Outcome]:
         def one(run: Run) -> Outcome:
@@ -376,15 +373,8 @@ class Sweep:
                 return [f.result() for f in futures]
             except KeyboardInterrupt:
                 logger.warning("interrupted: stopping the runs in flight (each saves a checkpoint)")
-                self._stop.set()
-                self._signal_all(signal.SIGINT)
+                self._stop.set()  # each waiting thread sends its run one SIGINT (a second one would abort the save)
                 return [f.result() for f in futures]
-
-    def _signal_all(self, sig: int) -> None:
-        with self._lock:
-            for proc in self._procs:
-                if proc.poll() is None:
-                    proc.send_signal(sig)
 
     def _execute(self, run: Run, keep_checkpoints: bool) -> Outcome:
         status = state(run)
@@ -400,7 +390,7 @@ class Sweep:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(run.run_dir)]
         env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-        load_start, start = _load_now(), time.monotonic()
+        load_start, start, started = _load_now(), time.monotonic(), time.strftime("%Y-%m-%d %H:%M:%S %Z")
         logger.info(
             "%s: %s (threads %d, load %.1f)",
             run.name,
@@ -412,11 +402,7 @@ class Sweep:
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
             )
-            with self._lock:
-                self._procs.add(proc)
             interrupted = self._wait(proc, start)
-            with self._lock:
-                self._procs.discard(proc)
         wall = time.monotonic() - start
         attempt = {
             "returncode": proc.returncode,
@@ -426,7 +412,7 @@ class Sweep:
             "threads": self.threads,
             "load_start": round(load_start, 2),
             "load_end": round(_load_now(), 2),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "started": started,
         }
         _append_attempt(run.run_dir, attempt)
         done = finished(run)
@@ -535,8 +521,8 @@ def child(run_dir: Path) -> int:
         logger.warning("r3l_learn.train has no _step_metrics: the bench/* counters are not recorded")
     else:
 
-        def step_metrics(groups: Any, algo: Any) -> dict[str, Any]:
-            return {**original(groups, algo), **budget_counts(groups)}
+        def step_metrics(groups: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            return {**original(groups, *args, **kwargs), **budget_counts(groups)}
 
         train_module._step_metrics = step_metrics
     config = train_module.TrainConfig(**spec["config"])
@@ -619,6 +605,9 @@ def run_summary(run: Run) -> dict[str, Any]:
     records = _metrics(run.run_dir)
     steps = [r for r in records if "train/reward" in r]
     sums: dict[str, float] = {}
+    for r in steps:  # the mean pivot is logged per step: weight it by the step's retries
+        if _num(r.get("retry/mean_pivot")) is not None and r.get("retry/retries"):
+            sums["bench/pivot_sum"] = sums.get("bench/pivot_sum", 0.0) + r["retry/mean_pivot"] * r["retry/retries"]
     for r in steps:
         for key, value in r.items():
             if (
@@ -686,6 +675,9 @@ def cell_summary(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["trajectories"] = mean_ci([s["trajectories"] for s in done])
     out["logged_generated_tokens"] = mean_ci([s["logged_generated_tokens"] for s in done])
     out["wall_min"] = mean_ci([s["wall_s"] / 60 for s in done if s["wall_s"]])
+    details = [s["eval_after_detail"] for s in done if s["eval_after_detail"]]
+    out["eval_turns"] = mean_ci([d["mean_turns"] for d in details])
+    out["eval_parse_errors"] = mean_ci([d["parse_error_rate"] for d in details])
     pooled: dict[str, float] = {}
     for s in done:
         for key, value in s["sums"].items():
@@ -699,6 +691,7 @@ def cell_summary(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     spent = pooled.get("rollout_tokens", 0) + pooled.get("reflection_tokens", 0)
     out["economics"] = {
         "retries": pooled.get("retries"),
+        "mean_pivot": _ratio(pooled.get("pivot_sum", 0.0), pooled.get("retries")),
         "parse_rate": _ratio(pooled.get("reflections_parsed"), pooled.get("bases_reflected")),
         "beat_base_rate": _ratio(pooled.get("retries_beat_base"), pooled.get("retries")),
         "retry_success_rate": _ratio(pooled.get("retries_succeeded"), pooled.get("retries")),
@@ -803,8 +796,8 @@ def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = MET
         parts = []
         if all_success and max(all_success) == 0 and (not all_before or max(all_before) == 0):
             parts.append(
-                f"no run solved a held-out episode before or after training ({finished_runs} finished runs), so the "
-                "success comparison is empty"
+                f"no run solved a held-out episode before or after training ({finished_runs} finished run(s)), so "
+                "the success comparison is empty"
             )
         for other in (m for m in mode.methods if m != "r3l"):
             for metric in ("success", "score"):
@@ -825,6 +818,13 @@ def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = MET
                 else:
                     bounds = "" if comp["ci"] == 0 else f", 95 % CI [{comp['lo']:+.3f}, {comp['hi']:+.3f}]"
                     parts.append(f"{what}: R³L **{v}** by {abs(comp['mean']):.3f}{bounds} (n={comp['n']})")
+        parse = [c["eval_parse_errors"]["mean"] for c in env_cells.values() if c["eval_parse_errors"]["n"]]
+        if parse and min(parse) >= 0.5:
+            share = f"{min(parse):.0%}" if min(parse) == max(parse) else f"{min(parse):.0%}-{max(parse):.0%}"
+            parts.append(
+                f"{share} of the held-out turns (every finished method) were unusable replies with no parseable "
+                "action: on this env the model fails at the answer format before the task"
+            )
         moved = []
         for key in mode.methods:
             delta = env_cells[key]["success_delta"]
@@ -847,7 +847,13 @@ def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = MET
                 f"{_f(econ['beat_base_rate'], 2)} beat their base (paper: ALFWorld 0.65, math 0.06), "
                 f"{_f(econ['retry_success_rate'], 2)} succeeded; from the pivot they generated "
                 f"{_f(econ['token_cost_vs_scratch'], 2)}× the tokens and played {_f(econ['step_cost_vs_scratch'], 2)}× "
-                "the env steps that retries from scratch would have."
+                "the env steps that retries from scratch would have"
+                + (
+                    " (every pivot was turn 0: the reflector found the first turn already wrong, so restarting at "
+                    "the pivot saved nothing)."
+                    if econ.get("mean_pivot") == 0
+                    else f" (mean pivot: turn {_f(econ.get('mean_pivot'), 1)})."
+                )
             )
     for env in mode.envs:
         self_cell, oracle = cells.get(f"r3l-self|{env}"), cells.get(f"r3l|{env}")
@@ -922,6 +928,7 @@ def plot_curves(
                     ax.fill_between(xs, los, his, color=line.get_color(), alpha=0.15)
                     drawn = True
                 ax.set_title(f"{env}: held-out {metric} — {title}", fontsize=9)
+                ax.set_ylim(-0.03, 1.03)
                 ax.grid(alpha=0.3)
                 if row == 1:
                     ax.set_xlabel("sampled trajectories")
@@ -958,10 +965,10 @@ def _grid(
 
 _BUDGET_HEADER = (
     "env|method|trajectories|generated tokens|speed/generated_tokens|env steps|train success|tokens / success|"
-    "env steps / success|wall min"
+    "env steps / success|held-out turns|held-out parse errors / turn|wall min"
 )
 _RETRY_HEADER = (
-    "env|method|reflector|reflections parsed|retries|beat base|retry success|tokens pivot ÷ scratch|"
+    "env|method|reflector|reflections parsed|retries|mean pivot|beat base|retry success|tokens pivot ÷ scratch|"
     "env steps pivot ÷ scratch"
 )
 _ENV_HEADER = "env|id|kwargs|actions|max turns|max new tokens|kind|data"
@@ -975,7 +982,7 @@ def render(
     facts: dict[str, str],
     plots: dict[str, Path],
     page_dir: Path,
-    sweep_info: dict[str, Any],
+    history: Sequence[dict[str, Any]] = (),
     envs: dict[str, EnvSetting] = ENVS,
     methods: dict[str, Method] = METHODS,
 ) -> str:
@@ -988,8 +995,11 @@ def render(
         f"## Learning at an equal sampling budget (`benchmarks/learning.py`, mode `{mode.name}`)",
         "",
         f"{_report.machine_line(facts)} {_versions()}.",
-        f"Command: `{command}`. Model `{mode.model}` ({mode.dtype}) on `{mode.device}`; "
-        + sweep_info.get("threads_line", ""),
+        f"Model `{mode.model}` ({mode.dtype}) on `{mode.device}`. The runs were made by "
+        + (f"{len(history)} invocation(s) (each resumes what the previous left):" if history else "(no record):"),
+        "",
+        *(f"- {_invocation(h)}" for h in history),
+        f"- this page: `{command}`",
         "",
         f"Mode `{mode.name}`: {mode.description}. Every cell samples {mode.steps} steps × "
         f"{mode.tasks_per_step} task(s) × {mode.group_size} trajectories = {per_seed} trajectories per seed "
@@ -997,7 +1007,9 @@ def render(
         f"held out: {mode.eval_episodes} episodes of the test split at temperature 0.4, the same episodes for every "
         f"method of a seed. Seeds {', '.join(map(str, mode.seeds))}. **{done} of {total} runs finished.**",
         "",
-        "Cells: mean over seeds ± half-width of the 95 % t-interval (n = finished seeds; one seed has no interval).",
+        "Cells: mean over seeds ± half-width of the 95 % t-interval (n = finished seeds; one seed has no interval). "
+        "The paper's numbers (R3L.md §8) are for Qwen2.5-1.5B with 96 tasks × 8 samples per step on 8 GPUs; nothing "
+        "here is comparable to them in size.",
     ]
     main_rows = [m for m in PAPER_ROWS if m in mode.methods]
     md += ["", "### Held-out success after training (the paper's table shape)", ""]
@@ -1016,10 +1028,15 @@ def render(
     if len(ablation_rows) > 1:
         md += ["", "### Ablations: held-out success / score", ""]
         md += _grid(cells, mode, methods, ablation_rows, lambda c: f"{_ci(c['success'])} / {_f(c['score']['mean'])}")
-    if any(c["first_attempt"]["n"] for c in cells.values()):
+    math_envs = tuple(e for e in mode.envs if any(cells[f"{m}|{e}"]["first_attempt"]["n"] for m in mode.methods))
+    if math_envs:
         md += ["", "### Math: first-attempt success (pass@1) / solved within the attempts", ""]
         md += _grid(
-            cells, mode, methods, mode.methods, lambda c: f"{_ci(c['first_attempt'])} / {_f(c['success']['mean'])}"
+            cells,
+            dataclasses.replace(mode, envs=math_envs),
+            methods,
+            mode.methods,
+            lambda c: f"{_ci(c['first_attempt'])} / {_f(c['success']['mean'])}",
         )
     md += [
         "",
@@ -1028,7 +1045,8 @@ def render(
         "Sampled trajectories are the budget every method gets. Generated tokens: what the policy generated in "
         "rollouts (a retry's reused prefix excluded) plus self-reflections (the oracle generates none); the learner's "
         "`speed/generated_tokens` counts a retry's prefix again. Env steps: actions played. Train success: the "
-        "fraction of sampled trajectories that won; per success: pooled over seeds.",
+        "fraction of sampled trajectories that won; per success: pooled over seeds. Held-out turns and parse errors "
+        "(replies with no usable action, which do not step the env): the eval after training.",
         "",
     ]
     rows = []
@@ -1040,8 +1058,9 @@ def render(
                 per_success = (_int(econ["tokens_per_success"]), _f(econ["env_steps_per_success"], 1))
                 success = _f(econ["train_success_rate"])
                 row = [e, methods[m].label, *(_int(s["mean"]) for s in counts), success, *per_success]
-                rows.append([*row, _f(c["wall_min"]["mean"], 1)])
-    md += _table(_BUDGET_HEADER.split("|"), rows or [["—"] * 10])
+                held_out = (_f(c["eval_turns"]["mean"], 1), _f(c["eval_parse_errors"]["mean"], 2))
+                rows.append([*row, *held_out, _f(c["wall_min"]["mean"], 1)])
+    md += _table(_BUDGET_HEADER.split("|"), rows or [["—"] * 12])
     md += [
         "",
         "### Retry economics (reflect-retry methods, pooled over seeds and steps)",
@@ -1057,13 +1076,13 @@ def render(
         for m in mode.methods:
             c, econ = cells[f"{m}|{e}"], cells[f"{m}|{e}"]["economics"]
             if c["seeds"] and econ["parse_rate"] is not None:
-                rates = ("parse_rate", "retries", "beat_base_rate", "retry_success_rate")
+                rates = ("parse_rate", "retries", "mean_pivot", "beat_base_rate", "retry_success_rate")
                 costs = ("token_cost_vs_scratch", "step_cost_vs_scratch")
                 rows.append(
                     [e, methods[m].label, methods[m].reflector]
                     + [_int(econ[k]) if k == "retries" else _f(econ[k], 2) for k in rates + costs]
                 )
-    md += _table(_RETRY_HEADER.split("|"), rows or [["—"] * 9])
+    md += _table(_RETRY_HEADER.split("|"), rows or [["—"] * 10])
     if plots:
         md += ["", "### Held-out success and score vs sampled trajectories (95 % CI bands over seeds)", ""]
         md += [f"![{env}]({os.path.relpath(path, page_dir)})" for env, path in plots.items()]
@@ -1074,8 +1093,8 @@ def render(
             f"- {m['env']} × {methods[m['method']].label}: seed(s) {', '.join(map(str, m['seeds']))} not finished"
             for m in agg["missing"]
         ]
-        if sweep_info.get("stopped"):
-            md += ["", sweep_info["stopped"]]
+        if history and history[-1].get("stopped"):
+            md += ["", history[-1]["stopped"]]
     md += ["", "### Settings", "", "Per env (the `ENVS` table; the same for every method):", ""]
     rows = []
     for key in mode.envs:
@@ -1092,6 +1111,15 @@ def render(
         shared.update(out_dir="<run dir>", seed="<seed>")
         md += ["", "Every other TrainConfig field (one run's `config.json`):", "", f"`{json.dumps(shared)}`"]
     return "\n".join(md)
+
+
+def _invocation(h: dict[str, Any]) -> str:
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(h.get("counts", {}).items()))
+    return (
+        f"`{h.get('command', '?')}` on {h.get('started', '?')}: {h.get('wall_min', '?')} min, {h.get('jobs', '?')} "
+        f"run(s) at a time with {h.get('threads', '?')} torch thread(s) each, load average {h.get('load_start', '?')} "
+        f"at the start and {h.get('load_end', '?')} at the end (2-core machine shared with other jobs); runs: {counts}"
+    )
 
 
 def _method_flags(method: Method) -> str:
@@ -1111,12 +1139,11 @@ def write_report(
     results_md: Path,
     results_dir: Path,
     plots_dir: Path,
-    sweep_info: dict[str, Any] | None = None,
+    history: Sequence[dict[str, Any]] = (),
     envs: dict[str, EnvSetting] = ENVS,
     methods: dict[str, Method] = METHODS,
 ) -> dict[str, Any]:
     """Aggregate the run directories of ``runs`` and write the section, the JSON and the plots."""
-    sweep_info = sweep_info or {}
     agg = aggregate(mode, runs, methods)
     facts = _report.machine()
     plots = plot_curves(mode, agg, plots_dir, methods)
@@ -1127,7 +1154,7 @@ def write_report(
         facts=facts,
         plots=plots,
         page_dir=results_md.parent,
-        sweep_info=sweep_info,
+        history=history,
         envs=envs,
         methods=methods,
     )
@@ -1136,7 +1163,7 @@ def write_report(
         "command": command,
         "machine": facts,
         "versions": _versions(),
-        "sweep": sweep_info,
+        "invocations": list(history),
         "envs": {k: dataclasses.asdict(envs[k]) for k in mode.envs},
         "methods": {k: dataclasses.asdict(methods[k]) for k in mode.methods},
         "configs": {r.name: r.config for r in runs},
@@ -1167,8 +1194,10 @@ def sweep(
     run_timeout_min: float | None = None,
     rerun_stale: bool = False,
     keep_checkpoints: bool = False,
+    command: str = "",
 ) -> tuple[list[Run], dict[str, Any]]:
-    """Run the cells of ``mode`` that are not done yet (those ``only`` selects); returns the grid and facts."""
+    """Run the cells of ``mode`` that are not done yet (those ``only`` selects); returns the grid and what this
+    invocation did, which is also appended to ``out_root/sweeps.jsonl`` (the page lists every invocation)."""
     runs = build_grid(mode, out_root, envs=envs, methods=methods)
     todo = [r for r in runs if only is None or only(r)]
     for setup in {r.setup for r in todo if r.setup}:
@@ -1189,7 +1218,8 @@ def sweep(
     threads = threads or auto_threads(jobs)
     start = time.monotonic()
     deadline = start + time_budget_min * 60 if time_budget_min else None
-    info: dict[str, Any] = {"load_start": round(_load_now(), 2), "threads": threads, "jobs": jobs}
+    info: dict[str, Any] = {"command": command, "started": time.strftime("%Y-%m-%d %H:%M %Z")}
+    info.update(load_start=round(_load_now(), 2), threads=threads, jobs=jobs)
     runner = Sweep(
         jobs=jobs, threads=threads, deadline=deadline, run_timeout=run_timeout_min * 60 if run_timeout_min else None
     )
@@ -1201,17 +1231,14 @@ def sweep(
     for o in outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
     info["counts"] = counts
-    info["threads_line"] = (
-        f"{jobs} run(s) at a time, {threads} torch thread(s) each; load average {info['load_start']} at the start and "
-        f"{info['load_end']} at the end of this invocation ({info['wall_min']} min; "
-        + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-        + ")."
-    )
     if counts.get("not-started") or counts.get("interrupted"):
         info["stopped"] = (
             f"The sweep stopped at its time budget ({time_budget_min} min): runs not started or interrupted are "
             "missing above; rerunning the same command resumes them."
         )
+    out_root.mkdir(parents=True, exist_ok=True)
+    with open(out_root / "sweeps.jsonl", "a") as f:
+        f.write(json.dumps(info) + "\n")
     return runs, info
 
 
@@ -1260,9 +1287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     command = "python benchmarks/learning.py " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     if args.report_only:
-        runs, info = build_grid(mode, out_root), {}
+        runs = build_grid(mode, out_root)
     else:
-        runs, info = sweep(
+        runs, _ = sweep(
             mode,
             out_root=out_root,
             only=only,
@@ -1272,8 +1299,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_timeout_min=args.run_timeout,
             rerun_stale=args.rerun_stale,
             keep_checkpoints=args.keep_checkpoints,
+            command=command,
         )
     if not args.no_report:
+        log = out_root / "sweeps.jsonl"
+        history = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
         for setup in {r.setup for r in runs if r.setup}:
             _setup(setup)
         data = write_report(
@@ -1283,7 +1313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results_md=args.results_md,
             results_dir=args.results_dir,
             plots_dir=args.plots_dir,
-            sweep_info=info,
+            history=history,
         )
         logger.info("%s: section %r; %d cells missing", args.results_md, SECTION, len(data["missing"]))
     return 0
