@@ -133,8 +133,10 @@ def main() -> None:
             f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k != "only"
         ]
         out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if out.returncode != 0:
-            raise SystemExit(f"{name} failed:\n{out.stderr[-3000:]}")
+        if out.returncode != 0:  # e.g. killed for memory: record it and measure the rest
+            logger.warning("%s failed (exit code %d):\n%s", name, out.returncode, out.stderr[-3000:])
+            results.append({"config": name, "failed": f"exit code {out.returncode}", "load": os.getloadavg()[0]})
+            continue
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
         logger.info("%s", results[-1])
     base = results[0]["seconds"]
@@ -154,6 +156,9 @@ def main() -> None:
         "|---|---|---|---|---|---|---|",
     ]
     for r in results:
+        if "failed" in r:
+            lines.append(f"| {r['config']} | failed ({r['failed']}) | | | | | {r['load']:.1f} |")
+            continue
         lines.append(
             f"| {r['config']} | {r['seconds']:.2f} | {r['cpu_seconds']:.2f} | {r['tokens_per_s']:.0f} | "
             f"{r['peak_gib']:.2f} | {r['trainable'] / 1e6:.1f} M | {r['load']:.1f} |"
