@@ -1016,7 +1016,8 @@ def render(
         f"held out: {mode.eval_episodes} episodes of the test split at temperature 0.4, the same episodes for every "
         f"method of a seed. Seeds {', '.join(map(str, mode.seeds))}. **{done} of {total} runs finished.**",
         "",
-        "Cells: mean over seeds ± half-width of the 95 % t-interval (n = finished seeds; one seed has no interval). "
+        "Cells: mean over seeds ± half-width of the 95 % t-interval (n = finished seeds; one seed has no interval; "
+        "intervals are not clipped to [0, 1], and with n = 2 the t quantile is 12.7, so they are wide). "
         "The paper's numbers (R3L.md §8) are for Qwen2.5-1.5B with 96 tasks × 8 samples per step on 8 GPUs; nothing "
         "here is comparable to them in size.",
     ]
