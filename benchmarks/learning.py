@@ -18,7 +18,8 @@ are not (retries restart at the pivot) and are recorded per run.
 * The child adds counters to every step's metrics (``bench/*``: trajectories, successes, tokens generated in
   rollouts and in reflections, env steps, the retry counters), computed from the step's groups, so that the
   retry economics below are ratios of sums rather than means of per-step ratios. ``speed/generated_tokens``
-  (the learner's own) counts a retry's reused prefix as generated; ``bench/rollout_tokens`` does not.
+  (the learner's own) leaves out self-reflection tokens (and before r3l commit 1483fd5 counted a retry's reused
+  prefix as generated); ``bench/rollout_tokens`` + ``bench/reflection_tokens`` count both right.
 * Aggregation: per (method, env), the mean over seeds with a 95 % t-interval (n = seeds) of the final held-out
   success and score, their change from the eval before training, the budget (trajectories, tokens, env steps,
   wall time), and the retry economics; paired differences across seeds (the same seed evaluates the same
@@ -1054,7 +1055,7 @@ def render(
         "",
         "Sampled trajectories are the budget every method gets. Generated tokens: what the policy generated in "
         "rollouts (a retry's reused prefix excluded) plus self-reflections (the oracle generates none); the learner's "
-        "`speed/generated_tokens` counts a retry's prefix again. Env steps: actions played. Train success: the "
+        "own `speed/generated_tokens`, summed, leaves out reflections. Env steps: actions played. Train success: the "
         "fraction of sampled trajectories that won; per success: pooled over seeds. Held-out turns and parse errors "
         "(replies with no usable action, which do not step the env): the eval after training.",
         "",
