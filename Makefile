@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench bench-learning clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ test: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/envs.py
+
+# The learning comparison (methods × envs × seeds at an equal budget), quick mode; reruns skip finished runs.
+bench-learning: $(VENV)/.installed
+	$(BIN)/python benchmarks/learning.py --mode quick
 
 clean:
 	rm -rf $(VENV)

@@ -376,9 +376,14 @@ def _step_metrics(
     }
     if algo.reflect_retry:
         stats = aggregate_stats(groups)
-        for key in ("parse_rate", "retry_success_rate", "beat_base_rate", "mean_pivot", "token_cost_vs_scratch"):
+        rates = ("parse_rate", "retry_success_rate", "beat_base_rate", "mean_pivot")
+        costs = ("token_cost_vs_scratch", "step_cost_vs_scratch")
+        counts = ("retries", "retries_beat_base", "retry_tokens", "scratch_tokens")
+        counts += ("retry_env_steps", "scratch_env_steps")
+        for key in (*rates, *costs):
             out[f"retry/{key}"] = stats.get(key)
-        out["retry/retries"] = stats.get("retries", 0)
+        for key in counts:  # sums, so that a run's ratios can be taken over all its steps
+            out[f"retry/{key}"] = stats.get(key, 0)
     return out
 
 
