@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 
 from wrappers.data import TrajectoryGroup
+from wrappers.envops import EnvPool
 from wrappers.policy import Policy
 from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
 from wrappers.reflection import Reflector
@@ -50,18 +51,15 @@ class PlainGroups:
     ):
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
-        kwargs = dict(env_kwargs or {})
-        self._make = (lambda: gym.make(env, **kwargs)) if isinstance(env, str) else env
+        self._envs = EnvPool(env, env_kwargs)
         self.policy, self.group_size = policy, group_size
         self.rollout = rollout or RolloutConfig()
-        self._envs: list[gym.Env] = []
 
     def collect(self, task_ids: Sequence[str], *, seed: int | None = None) -> list[TrajectoryGroup]:
         jobs = [task for task in task_ids for _ in range(self.group_size)]
-        while len(self._envs) < len(jobs):
-            self._envs.append(self._make())
         seeds = [None if seed is None else seed * 1_000_003 + i for i in range(len(jobs))]
-        trajs = rollout_batch(self._envs[: len(jobs)], self.policy, self.rollout, seeds=seeds, task_ids=jobs, seed=seed)
+        envs = self._envs.take(len(jobs))
+        trajs = rollout_batch(envs, self.policy, self.rollout, seeds=seeds, task_ids=jobs, seed=seed)
         groups = []
         for g, task in enumerate(task_ids):
             members = trajs[g * self.group_size : (g + 1) * self.group_size]
@@ -70,9 +68,7 @@ class PlainGroups:
         return groups
 
     def close(self) -> None:
-        for env in self._envs:
-            env.close()
-        self._envs.clear()
+        self._envs.close()
 
 
 def make_collector(

@@ -283,15 +283,12 @@ def _ref_fn(config: TrainConfig, model: Any, kl_coef: float) -> Any:
     """Log-probs of the initial policy (KL reference): the adapters switched off for LoRA, else a frozen copy."""
     if not kl_coef:
         return None
-    ref = None if config.lora_rank else copy.deepcopy(model).eval().requires_grad_(False)
+    ref = model if config.lora_rank else copy.deepcopy(model).eval().requires_grad_(False)
 
     @torch.no_grad()
     def ref_logprobs(batch: Batch) -> torch.Tensor:
-        positions = batch.loss_mask > 0
-        if ref is not None:
-            return sequence_logprobs(ref, batch.input_ids, batch.attention_mask, positions=positions)
-        with model.disable_adapter():
-            return sequence_logprobs(model, batch.input_ids, batch.attention_mask, positions=positions)
+        with model.disable_adapter() if config.lora_rank else contextlib.nullcontext():
+            return sequence_logprobs(ref, batch.input_ids, batch.attention_mask, positions=batch.loss_mask > 0)
 
     return ref_logprobs
 
@@ -302,7 +299,8 @@ def _rollout_config(config: TrainConfig, temperature: float) -> RolloutConfig:
 
 
 def _trainable_state(model: Any) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    """Views of the trainable weights (no copy: a checkpoint serialises them at once)."""
+    return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
 
 
 def _load_trainable_state(model: Any, state: dict[str, torch.Tensor]) -> None:

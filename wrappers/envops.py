@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
 from typing import Any, TypeVar
 
-__all__ = ["EnvOps"]
+__all__ = ["EnvOps", "EnvPool"]
 
 T = TypeVar("T")
 
@@ -108,3 +108,35 @@ class _Call:
             self.future.set_exception(exc)
         else:
             self.future.set_result(result)
+
+
+class EnvPool:
+    """Env instances made on first need and reused: from a registered id (made with ``env_kwargs``) or from a
+    zero-argument factory. Group builders take the first ``n`` for a batch of ``n`` concurrent episodes."""
+
+    def __init__(self, env: str | Callable[[], Any], env_kwargs: dict[str, Any] | None = None):
+        if isinstance(env, str):
+            import gymnasium as gym
+
+            kwargs = dict(env_kwargs or {})
+            self._make: Callable[[], Any] = lambda: gym.make(env, **kwargs)
+        else:
+            if env_kwargs:
+                raise ValueError("env_kwargs only apply to an env id; bake them into the factory instead")
+            self._make = env
+        self._envs: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self._envs)
+
+    def take(self, n: int) -> list[Any]:
+        """The first ``n`` instances, making the missing ones."""
+        while len(self._envs) < n:
+            self._envs.append(self._make())
+        return self._envs[:n]
+
+    def close(self) -> None:
+        """Close every instance made."""
+        for env in self._envs:
+            env.close()
+        self._envs.clear()

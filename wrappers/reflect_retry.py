@@ -44,6 +44,7 @@ import numpy as np
 
 from wrappers.chat import ChatSequence
 from wrappers.data import Sample, Trajectory, TrajectoryGroup
+from wrappers.envops import EnvPool
 from wrappers.policy import Policy, SamplingParams
 from wrappers.reflection import Reflection, ReflectionRequest, Reflector
 from wrappers.rollout import AgentEpisode, RolloutConfig, play
@@ -133,30 +134,19 @@ class ReflectRetry:
         *,
         env_kwargs: dict[str, Any] | None = None,
     ):
-        if isinstance(env, str):
-            kwargs = dict(env_kwargs or {})
-            self._make: Callable[[], gym.Env] = lambda: gym.make(env, **kwargs)
-        else:
-            if env_kwargs:
-                raise ValueError("env_kwargs only apply to an env id; bake them into the factory instead")
-            self._make = env
+        self._envs = EnvPool(env, env_kwargs)
         self.policy, self.reflector = policy, reflector
         self.config = config or ReflectRetryConfig()
         self._rollout = replace(self.config.rollout, keep_checkpoints=True)
-        self._envs: list[gym.Env] = []
         #: Wall seconds of the last ``collect``, by phase: bases, reflect, retries, fill, total.
         self.timings: dict[str, float] = {}
 
     def _pool(self, n: int) -> list[gym.Env]:
-        while len(self._envs) < n:
-            self._envs.append(self._make())
-        return self._envs[:n]
+        return self._envs.take(n)
 
     def close(self) -> None:
         """Close the env instances this wrapper made."""
-        for env in self._envs:
-            env.close()
-        self._envs.clear()
+        self._envs.close()
 
     # ------------------------------------------------------------------ collection
     def collect(self, task_ids: Sequence[str], *, seed: int | None = None) -> list[TrajectoryGroup]:
