@@ -93,8 +93,10 @@ def _planner_wins(game: dict) -> list[str] | None:
     import textworld
     from textworld.envs.pddl import PddlEnv
 
+    from r3l_envs.alfworld import speedups
     from r3l_envs.alfworld.engine import demangled
 
+    speedups.install()  # its parser lock: games are generated from env resets that run in threads
     env = demangled(PddlEnv(textworld.EnvInfos(won=True, policy_commands=True)))
     try:
         env.load(game)

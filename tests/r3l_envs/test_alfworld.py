@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import random
 import shutil
@@ -178,3 +179,22 @@ def test_official_loader_reads_the_download_layout(env, tmp_path):
     assert len(train.unwrapped.task_ids) == 1  # the unsolvable game is skipped, as ALFWorld does
     with pytest.raises(DataNotFoundError, match="alfworld-download"):
         gym.make(ENV_ID, split="train", data_path=str(tmp_path / "nowhere"))
+
+
+def test_games_generate_concurrently_in_a_fresh_process(tmp_path):
+    """Rollouts reset envs from a thread pool, so the first resets of a run generate games in parallel: TextWorld's
+    logic parser is shared module-wide and must be locked before a game is generated, not only once one is played."""
+    code = textwrap.dedent(
+        """
+        from concurrent.futures import ThreadPoolExecutor
+        import gymnasium as gym
+        import r3l_envs
+
+        envs = [gym.make("r3l/ALFWorld-v0", max_tasks=4) for _ in range(4)]
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda i: envs[i].reset(options={"task_id": envs[i].unwrapped.task_ids[i]}), range(4)))
+        """
+    )
+    env = {**os.environ, "R3L_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
