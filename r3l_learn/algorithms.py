@@ -12,7 +12,9 @@ name                          groups           advantage    objective     pivot 
 
 R³L's ablations are the same composition with one part swapped (R3L.md §5): ``no_pivot_credit`` keeps every
 agent token in the loss, ``no_amplification`` uses the plain mean baseline (Â = A), ``no_reflect_retry``
-samples N plain rollouts per task (amplification kept, no auxiliary samples).
+samples N plain rollouts per task (amplification kept, no auxiliary samples), ``retry_from_scratch`` replays each
+retry from turn 0 with the same guidance instead of restoring the pivot (a Reflect-GRPO-style retry at the same
+budget of N trajectories).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Algorithm:
         objective: a name in :data:`r3l_learn.losses.OBJECTIVES`.
         reflect_retry: build groups with :class:`wrappers.ReflectRetry` (else N independent rollouts).
         pivotal_credit: reflect-retry groups mask the agent tokens before the pivot (R3L.md §2).
+        restart: where retries start: ``"pivot"`` (R³L) or ``"scratch"`` (turn 0, the same guidance).
         aux_samples: train on the auxiliary reflection / guided-retry samples (SFT, weight ``aux_weight``).
         kl_coef: default weight of the KL penalty to the initial policy (the run's config may override it).
         uses_alpha: the advantage takes R³L's amplification factor α.
@@ -46,6 +49,7 @@ class Algorithm:
     objective: str
     reflect_retry: bool = False
     pivotal_credit: bool = False
+    restart: str = "pivot"
     aux_samples: bool = False
     kl_coef: float = 0.0
     uses_alpha: bool = False
@@ -74,6 +78,7 @@ ABLATIONS = {
     "no_pivot_credit": {"pivotal_credit": False},
     "no_amplification": {"advantage": "mean_baseline", "uses_alpha": False},
     "no_reflect_retry": {"reflect_retry": False, "pivotal_credit": False, "aux_samples": False},
+    "retry_from_scratch": {"restart": "scratch"},
 }
 
 

@@ -80,6 +80,7 @@ def make_collector(
     rollout: RolloutConfig,
     reflector: Reflector | None = None,
     pivotal_credit: bool = True,
+    restart: str = "pivot",
     aux_samples: bool = True,
     fill: bool = True,
     env_kwargs: dict[str, Any] | None = None,
@@ -90,6 +91,11 @@ def make_collector(
     if reflector is None:
         raise ValueError("reflect-retry groups need a reflector (the policy itself, another model, or the oracle)")
     config = ReflectRetryConfig(
-        group_size=group_size, rollout=rollout, fill=fill, pivotal_credit=pivotal_credit, aux_samples=aux_samples
+        group_size=group_size,
+        rollout=rollout,
+        fill=fill,
+        pivotal_credit=pivotal_credit,
+        restart=restart,
+        aux_samples=aux_samples,
     )
     return ReflectRetry(env_id, policy, reflector, config, env_kwargs=env_kwargs)

@@ -7,6 +7,7 @@ the hardware has it. Keep old and new log-probs in the same precision (bf16 and 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 from collections.abc import Sequence
@@ -53,6 +54,9 @@ class HFPolicy(HFTokenizerIO):
         self.pad_token_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
         self.max_context: int = max_context or int(getattr(model.config, "max_position_embeddings", 2048))
         self.score_chunk = 16  # continuations scored together on one copy of a shared prompt cache
+        # Lower-precision compute for fp32 weights (the learner's bf16 autocast also covers its rollouts):
+        # None computes in the weights' dtype.
+        self.autocast: torch.dtype | None = None
 
     @classmethod
     def from_pretrained(
@@ -81,7 +85,7 @@ class HFPolicy(HFTokenizerIO):
         if not prompts:
             return []
         input_ids, attention_mask = self.pad_left(prompts)
-        with torch.random.fork_rng(devices=self._rng_devices()):
+        with torch.random.fork_rng(devices=self._rng_devices()), self._compute():
             if params.seed is not None:
                 torch.manual_seed(params.seed)
             out = self.model.generate(
@@ -158,10 +162,11 @@ class HFPolicy(HFTokenizerIO):
         for i, prompt in enumerate(prompts):
             groups.setdefault(tuple(prompt), []).append(i)
         out: list[list[float]] = [[] for _ in prompts]
-        for prompt, members in groups.items():
-            scored = self._score_shared_prompt(list(prompt), [list(continuations[i]) for i in members])
-            for i, lp in zip(members, scored):
-                out[i] = lp
+        with self._compute():
+            for prompt, members in groups.items():
+                scored = self._score_shared_prompt(list(prompt), [list(continuations[i]) for i in members])
+                for i, lp in zip(members, scored):
+                    out[i] = lp
         return out
 
     def _score_shared_prompt(self, prompt: list[int], conts: list[list[int]]) -> list[list[float]]:
@@ -213,10 +218,16 @@ class HFPolicy(HFTokenizerIO):
     def sequence_logprobs(self, token_ids: Sequence[int]) -> list[float]:
         """log π(token_ids[t] | token_ids[:t]) for t ≥ 1 from one forward pass (index t-1 in the result)."""
         ids = torch.tensor([list(token_ids)], device=self.device)
-        logits = self.model(input_ids=ids).logits[0, :-1].float()
+        with self._compute():
+            logits = self.model(input_ids=ids).logits[0, :-1].float()
         return torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1).tolist()
 
     # ------------------------------------------------------------------ helpers
+    def _compute(self) -> contextlib.AbstractContextManager[Any]:
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast)
+
     def pad_left(self, prompts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """``input_ids`` and ``attention_mask`` of the prompts, left-padded into one batch on the model's device."""
         width = max(len(p) for p in prompts)

@@ -99,7 +99,7 @@ class TrainConfig:
     device: str = "cpu"  # "cpu" or "cuda[:i]"
     rollout_backend: str = "hf"  # "hf": rollouts share the trained model; "vllm": a vLLM engine gets each update
     dtype: str = "float32"  # weights; "auto" picks bf16 where the device computes it natively
-    autocast: str = "off"  # "bf16": bf16 autocast for the training forward pass (fp32 master weights)
+    autocast: str = "off"  # "bf16": bf16 autocast for training and rollouts (fp32 master weights)
     gradient_checkpointing: bool = False
     lora_rank: int = 0  # > 0: train LoRA adapters of this rank instead of every weight (needs peft)
     lora_alpha: float = 16.0  # LoRA scaling numerator
@@ -405,6 +405,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> TrainResult:
 
     torch.manual_seed(config.seed)
     policy = _load_policy(config)
+    policy.autocast = autocast  # rollouts, evals and self-reflection compute like the training forward pass
     model = policy.model
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=config.lr, weight_decay=config.weight_decay
@@ -432,6 +433,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> TrainResult:
         rollout=rollout,
         reflector=_reflector(config, player),
         pivotal_credit=algo.pivotal_credit,
+        restart=algo.restart,
         aux_samples=algo.aux_samples,
         fill=config.fill,
         env_kwargs={"split": config.train_split, **config.env_kwargs},

@@ -37,7 +37,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -64,6 +64,9 @@ class ReflectRetryConfig:
             since a retry shares its prefix with the base).
         fill: add extra bases so every group has ``group_size`` members.
         pivotal_credit: zero the loss mask of turns before the pivot (R3L.md §2); off for the ablation.
+        restart: ``"pivot"`` (R³L) restores the base's checkpoint before the reflector's pivot; ``"scratch"``
+            replays the retry from turn 0 with the same guidance (a Reflect-GRPO-style retry: the whole episode
+            is generated again and every turn is target), the baseline that restart-at-pivot is measured against.
         aux_samples: build the auxiliary ``reflection`` / ``guided_retry`` samples (R3L.md §1.6).
         success_threshold: the reward a retry must reach to count as having beaten its base.
         keep_checkpoints: keep the per-turn env checkpoints in the output (off: groups stay small).
@@ -77,6 +80,7 @@ class ReflectRetryConfig:
     rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(sampling=SamplingParams(temperature=1.0)))
     fill: bool = False
     pivotal_credit: bool = True
+    restart: Literal["pivot", "scratch"] = "pivot"
     aux_samples: bool = True
     success_threshold: float = 1.0
     keep_checkpoints: bool = False
@@ -85,6 +89,8 @@ class ReflectRetryConfig:
     def __post_init__(self) -> None:
         if self.max_envs is not None and self.max_envs < 1:
             raise ValueError(f"max_envs must be None (one env per base) or >= 1, got {self.max_envs}")
+        if self.restart not in ("pivot", "scratch"):
+            raise ValueError(f"restart must be 'pivot' or 'scratch', got {self.restart!r}")
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 (N/2 bases plus their retries), got {self.group_size}")
         if self.rollout.history is not None:
@@ -240,12 +246,13 @@ class ReflectRetry:
         """Each wanted retry restarts from its base's own checkpoint before turn p (native restore or verified
         replay, no regeneration); the restores run concurrently, the retries are played as one batch."""
         wanted = [i for i, refl in enumerate(reflections) if refl.wants_retry]
+        scratch = self.config.restart == "scratch"
         episodes = AgentEpisode.resume_many(
             [envs[i] for i in wanted],
             self.policy,
             self._rollout,
             [bases[i] for i in wanted],
-            [reflections[i].pivot for i in wanted],
+            [0 if scratch else reflections[i].pivot for i in wanted],
             guidances=[reflections[i].guidance() for i in wanted],
         )
         out: list[Trajectory | None] = [None] * len(bases)

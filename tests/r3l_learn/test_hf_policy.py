@@ -86,3 +86,23 @@ def test_bf16_policy_generates_and_scores():
     scored = policy.score(ps, [g.token_ids for g in gens])
     for g, s in zip(gens, scored):
         assert g.logprobs == pytest.approx(s, abs=0.1)  # bf16: same math, different kernels and order
+
+
+def test_bf16_autocast_over_fp32_weights():
+    """``autocast`` computes in bf16 (results move by bf16 rounding, not more) and leaves the fp32 weights alone."""
+    from r3l_learn.hf_policy import HFPolicy
+    from r3l_learn.models import tiny_model
+
+    model, tok = tiny_model(seed=1)
+    policy = HFPolicy(model, tok)
+    ps = prompts(policy, 2)
+    gens = policy.generate(ps, SamplingParams(max_new_tokens=8, seed=0))
+    exact = policy.score(ps, [g.token_ids for g in gens])
+    policy.autocast = torch.bfloat16
+    fast = policy.score(ps, [g.token_ids for g in gens])
+    again = policy.generate(ps, SamplingParams(max_new_tokens=8, seed=0))
+    assert all(p.dtype == torch.float32 for p in policy.model.parameters())
+    flat_exact, flat_fast = [x for row in exact for x in row], [x for row in fast for x in row]
+    assert flat_fast == pytest.approx(flat_exact, abs=0.1) and flat_fast != flat_exact
+    for g, s in zip(again, policy.score(ps, [g.token_ids for g in again])):
+        assert g.logprobs == pytest.approx(s, abs=0.1)

@@ -44,7 +44,9 @@ def _grads(model):
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("name", [*sorted(ALGORITHMS), "r3l+no_pivot_credit", "r3l+no_amplification"])
+@pytest.mark.parametrize(
+    "name", [*sorted(ALGORITHMS), "r3l+no_pivot_credit", "r3l+no_amplification", "r3l+retry_from_scratch"]
+)
 def test_every_algorithm_trains_every_parameter_on_the_same_groups(groups, name):
     algo = resolve_algorithm(*name.split("+")[:1], name.split("+")[1:])
     model, tokenizer = tiny_model(seed=1)

@@ -187,7 +187,24 @@ def test_fill_tops_groups_up_and_checkpoints_are_dropped_by_default():
     assert sum(group.trajectories[0].loss_mask) == group.trajectories[0].num_tokens  # pivotal credit off
 
 
+def test_retry_from_scratch_replays_every_turn_with_the_guidance():
+    """restart="scratch": the same reflections, but each retry starts from turn 0 and is all target."""
+    config = ReflectRetryConfig(group_size=4, rollout=RolloutConfig(max_turns=6), restart="scratch")
+    rr = ReflectRetry("r3ltest/Corridor-v0", scripted(walker), PolicyReflector(scripted([diagnosis(3)] * 2)), config)
+    (group,) = rr.collect(["corridor-train-000003"], seed=0)
+    retries = [t for t in group.trajectories if t.kind == "retry"]
+    assert len(retries) == 2
+    for retry in retries:
+        base = group.trajectories[retry.metadata["base_index"]]
+        assert retry.pivot == 0 and all(t.action == "right" for t in retry.turns)  # turn 0 on, guided
+        assert retry.turns[0].observation == base.turns[0].observation
+        assert retry.loss_mask == expected_mask(retry, 0) and base.loss_mask == expected_mask(base, 0)
+    assert group.metadata["stats"]["pivots"] == [0, 0]
+
+
 def test_config_validation():
+    with pytest.raises(ValueError, match="restart"):
+        ReflectRetryConfig(restart="middle")
     with pytest.raises(ValueError, match="group_size"):
         ReflectRetryConfig(group_size=1)
     with pytest.raises(ValueError, match="history=None"):
