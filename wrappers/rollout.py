@@ -279,6 +279,26 @@ class AgentEpisode:
             return False
         return not any(_SLOT.search(a) for a in admissible)
 
+    @property
+    def slot(self) -> tuple[str, str] | None:
+        """In constrained mode, a turn whose one admissible action is a template with one slot (WebShop's search
+        page: ``search[<query>]``): the reply text before and after the slot. The policy fills only the slot, so
+        a model too small to write the answer format still makes a well-formed action."""
+        admissible = self.admissible
+        if not (self.config.constrained and admissible and len(admissible) == 1):
+            return None
+        slots = list(_SLOT.finditer(admissible[0]))
+        if len(slots) != 1:
+            return None
+        before, after = self.template.answer.wrap("\x00").split("\x00")
+        action, slot = admissible[0], slots[0]
+        return before + action[: slot.start()], action[slot.end() :] + after
+
+    def fill_slot(self, value: str) -> str:
+        """The action this turn's slot template makes with ``value`` in the slot."""
+        slot = _SLOT.search(self.admissible[0])
+        return self.admissible[0][: slot.start()] + value + self.admissible[0][slot.end() :]
+
     # ------------------------------------------------------------------ prompts
     def prompt(self) -> list[int]:
         """Token ids of the context for the next turn."""
@@ -483,7 +503,7 @@ def play(
             if not running:
                 break
             rseed = _round_seed(seed, round_index)
-            free, chosen = [], []
+            free, chosen, slotted = [], [], []
             for ep in running:
                 prompt = ep.prompt()
                 if ep.constrained:
@@ -493,6 +513,10 @@ def play(
                     ]
                     if ep.fits(prompt, max(len(c) for c in cands)):
                         chosen.append((ep, prompt, cands))
+                elif ep.slot is not None:
+                    head, tail = (policy.tokenize(text) for text in ep.slot)
+                    if ep.fits(prompt, len(head) + config.sampling.max_new_tokens + len(tail) + 1):
+                        slotted.append((ep, prompt, head))
                 elif ep.fits(prompt, config.sampling.max_new_tokens):
                     free.append((ep, prompt))
             stepping: list[Future[AgentEpisode]] = []
@@ -511,9 +535,41 @@ def play(
                     i = _choose(mine, config.constrained_score, config.sampling.temperature, rng)
                     turn = ep._begin_choice(ep.admissible[i], cands[i], mine[i], prompt)
                     stepping.append(ops.submit(ep._step, turn))
+            if slotted:
+                stepping += _fill_slots(slotted, policy, config, rseed, eot, ops)
             ops.gather(stepping, then=lambda _, ep: ep._end())
             round_index += 1
     return [e.trajectory for e in episodes]
+
+
+def _fill_slots(
+    slotted: list[tuple[AgentEpisode, list[int], list[int]]],
+    policy: Policy,
+    config: RolloutConfig,
+    seed: int | None,
+    eot: int | None,
+    ops: EnvOps,
+) -> list[Future[AgentEpisode]]:
+    """Slot turns (see :attr:`AgentEpisode.slot`): the policy continues the reply's fixed head (e.g.
+    ``<action>search[``) up to the first character of its tail (``]``); the reply is head + value + tail, re-scored
+    whole so its log-probs are the policy's own for exactly the recorded tokens."""
+    stops = tuple(dict.fromkeys(ep.slot[1][:1] for ep, _, _ in slotted if ep.slot[1]))
+    params = replace(config.sampling, seed=seed, stop=stops)
+    gens = policy.generate([prompt + head for _, prompt, head in slotted], params)
+    replies = []
+    for (ep, prompt, _), gen in zip(slotted, gens, strict=True):
+        head, tail = ep.slot
+        value = gen.text
+        for stop in stops:
+            value = value.split(stop)[0]
+        value = " ".join(value.split())  # one line: a newline or a run of spaces is no part of a query
+        ids = policy.tokenize(head + value + tail) + ([eot] if eot is not None else [])
+        replies.append((ep, prompt, ep.fill_slot(value), ids))
+    scores = policy.score([prompt for _, prompt, _, _ in replies], [ids for *_, ids in replies])
+    return [
+        ops.submit(ep._step, ep._begin_choice(action, ids, lp, prompt))
+        for (ep, prompt, action, ids), lp in zip(replies, scores, strict=True)
+    ]
 
 
 def rollout(

@@ -189,11 +189,27 @@ def test_resume_needs_checkpoints():
         AgentEpisode.resume(corridor(), scripted(["x"]), RolloutConfig(), base, 1)
 
 
-def test_constrained_mode_leaves_template_actions_to_free_text():
+def walk_the_shop(prompt_text):
+    """Fills the search slot with a query that runs on (constrained mode must cut it at the slot's end)."""
+    if prompt_text.endswith("<action>search["):
+        return "protein   bars\n] and more</action>"
+    return "<action>click[Back to Search]</action>"
+
+
+def test_constrained_mode_has_the_policy_fill_a_lone_slot_template():
     env = gym.make("r3l/WebShop-v0")
-    policy = scripted(["<action>search[protein bars]</action>", "<action>click[Back to Search]</action>"])
+    policy = scripted(walk_the_shop)
     t = rollout(env, policy, RolloutConfig(constrained=True, max_turns=2), seed=0)
     first = t.turns[0]
-    assert first.admissible == ["search[<query>]"] and not first.constrained
-    assert first.action == "search[protein bars]"
+    assert first.admissible == ["search[<query>]"] and first.constrained and first.parse_error is None
+    assert first.action == "search[protein bars]" and first.response == "<action>search[protein bars]</action>"
+    assert policy.decode(first.token_ids) == first.response + policy.decode([policy.eos_token_ids[0]])
+    assert len(first.logprobs) == len(first.token_ids)
     assert t.turns[1].constrained and t.turns[1].action in t.turns[1].admissible
+
+
+def test_free_mode_leaves_slot_templates_to_the_policy():
+    env = gym.make("r3l/WebShop-v0")
+    policy = scripted(["<action>search[protein bars]</action>", "<action>click[Back to Search]</action>"])
+    t = rollout(env, policy, RolloutConfig(max_turns=1), seed=0)
+    assert not t.turns[0].constrained and t.turns[0].action == "search[protein bars]"
