@@ -67,12 +67,30 @@ def test_mean_ci_paired_differences_and_verdicts():
     assert learning.verdict(learning.paired({0: 0.5}, {0: 0.0})) == "too few seeds"
 
 
+def test_method_envs_restricts_cells_and_the_page_says_so(tmp_path):
+    mode = learning.dataclasses.replace(
+        MODE, envs=("corridor", "other"), methods=("r3l", "grpo", "r3l-self"), method_envs={"r3l-self": ("other",)}
+    )
+    cells = {(r.method_key, r.env_key) for r in learning.build_grid(mode, tmp_path, envs={**ENVS, "other": CORRIDOR})}
+    assert cells == {
+        ("r3l", "corridor"),
+        ("grpo", "corridor"),
+        ("r3l", "other"),
+        ("grpo", "other"),
+        ("r3l-self", "other"),
+    }
+    assert mode.envs_of(["r3l-self"]) == ("other",) and not mode.runs_on("r3l-self", "corridor")
+    table = learning._grid({"r3l-self|other": {}}, mode, learning.METHODS, ["r3l-self"], lambda c: "x")
+    assert table[-1] == "| R³L, self-reflection | not run | x |"
+
+
 def test_every_mode_builds_valid_configs(tmp_path):
     from r3l_learn.train import TrainConfig
 
     for mode in learning.MODES.values():
         runs = learning.build_grid(mode, tmp_path)
-        assert len(runs) == len(mode.envs) * len(mode.methods) * len(mode.seeds)
+        cells = sum(mode.runs_on(m, e) for m in mode.methods for e in mode.envs)
+        assert len(runs) == cells * len(mode.seeds) and len({r.run_dir for r in runs}) == len(runs)
         assert [r.method_key for r in runs[:2]] == ["r3l", "grpo"]  # the comparison the issue asks for runs first
         for run in runs:
             TrainConfig(**run.config)
@@ -104,7 +122,7 @@ def test_the_grid_runs_aggregates_skips_and_resumes(tmp_path):
     assert "<!-- begin:learning -->" in page and "<!-- end:learning -->" in page
     for text in ("| R³L |", "| GRPO |", "### Held-out success after training", "### Retry economics", "corridor.png"):
         assert text in page, text
-    assert "not implemented" in page and "R³L vs GRPO (success)" in page
+    assert "retry from scratch" in page and "R³L vs GRPO (success)" in page
     assert json.loads((results / "learning.json").read_text())["mode"]["name"] == "test"
     assert (tmp_path / "plots" / "corridor.png").stat().st_size > 0
     assert real_md == learning._report.RESULTS_MD  # write_report pointed _report at tmp_path for its call only
