@@ -73,7 +73,12 @@ FAMILIES: dict[str, PromptTemplate] = {
             "You solve math problems. You may answer several times: after each answer you are told whether it "
             "is correct."
         ),
-        grammar="The action is your final answer only (a number or expression), e.g. <action>42</action>.",
+        # The env's own hint asks for \boxed{} (its format for users who parse replies themselves); the agent
+        # answers in the action tag, so the template says which one wins.
+        grammar=(
+            "The action is your final answer only (a number or expression), e.g. <action>42</action>. Put it "
+            "inside the action tags instead of \\boxed{} or any other format the problem mentions."
+        ),
     ),
     "textgame": PromptTemplate(
         family="textgame",
