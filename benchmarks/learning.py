@@ -523,6 +523,10 @@ def budget_counts(groups: Sequence[Any]) -> dict[str, int]:
         "scratch_tokens": total("scratch_tokens"),
         "retry_env_steps": total("retry_env_steps"),
         "scratch_env_steps": total("scratch_env_steps"),
+        # where pivotal credit changed the gradient: agent tokens vs those left in the loss (the difference is
+        # the prefix turns of retried bases and their retries, masked out)
+        "agent_tokens": sum(len(turn.token_ids) for t in trajs for turn in t.turns),
+        "target_tokens": sum(sum(t.loss_mask) for t in trajs),
     }
     return {f"bench/{k}": v for k, v in counts.items()}
 
@@ -723,6 +727,7 @@ def cell_summary(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "train_success_rate": _ratio(pooled.get("successes"), pooled.get("trajectories")),
         "tokens_per_success": _ratio(spent, pooled.get("successes")) if has else None,
         "env_steps_per_success": _ratio(pooled.get("env_steps"), pooled.get("successes")),
+        "masked_share": (1 - pooled["target_tokens"] / pooled["agent_tokens"] if pooled.get("agent_tokens") else None),
         "successes": pooled.get("successes"),
     }
     return out
@@ -878,6 +883,11 @@ def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = MET
                     if econ.get("mean_pivot") == 0
                     else f" (mean pivot: turn {_f(econ.get('mean_pivot'), 1)})."
                 )
+                + (
+                    f" Pivotal credit took {econ['masked_share']:.1%} of the generated agent tokens out of the loss."
+                    if econ.get("masked_share") is not None
+                    else ""
+                )
             )
     for env in mode.envs:
         self_cell, oracle = cells.get(f"r3l-self|{env}"), cells.get(f"r3l|{env}")
@@ -996,7 +1006,7 @@ _BUDGET_HEADER = (
 )
 _RETRY_HEADER = (
     "env|method|reflector|reflections parsed|retries|mean pivot|beat base|retry success|tokens pivot ÷ scratch|"
-    "env steps pivot ÷ scratch"
+    "env steps pivot ÷ scratch|agent tokens masked"
 )
 _ENV_HEADER = "env|id|kwargs|actions|max turns|max new tokens|kind|data"
 
@@ -1102,7 +1112,9 @@ def render(
         "Ratios of sums over every collected retry. *Pivot ÷ scratch*: what the retries generated and played from "
         "their pivot, relative to what the same retries would have cost replayed from turn 0 (the prefix again + the "
         "same suffix). The learning result of retrying from scratch is the row *R³L, retry from scratch* of the "
-        "ablation table (same reflections, retries replayed from turn 0).",
+        "ablation table (same reflections, retries replayed from turn 0). *Agent tokens masked*: the share of the "
+        "generated agent tokens that pivotal credit took out of the loss (the turns before the pivot of a retried "
+        "base and of its retry); where it is 0 the masks did not change the gradient.",
         "",
     ]
     rows = []
@@ -1111,12 +1123,12 @@ def render(
             c, econ = cells[f"{m}|{e}"], cells[f"{m}|{e}"]["economics"]
             if c["seeds"] and econ["parse_rate"] is not None:
                 rates = ("parse_rate", "retries", "mean_pivot", "beat_base_rate", "retry_success_rate")
-                costs = ("token_cost_vs_scratch", "step_cost_vs_scratch")
+                costs = ("token_cost_vs_scratch", "step_cost_vs_scratch", "masked_share")
                 rows.append(
                     [e, methods[m].label, methods[m].reflector]
                     + [_int(econ[k]) if k == "retries" else _f(econ[k], 2) for k in rates + costs]
                 )
-    md += _table(_RETRY_HEADER.split("|"), rows or [["—"] * 10])
+    md += _table(_RETRY_HEADER.split("|"), rows or [["—"] * 11])
     if plots:
         md += ["", "### Held-out success and score vs sampled trajectories (95 % CI bands over seeds)", ""]
         md += [f"![{env}]({os.path.relpath(path, page_dir)})" for env, path in plots.items()]
