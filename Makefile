@@ -34,7 +34,7 @@ bench: $(VENV)/.installed
 
 # The learning comparison (methods × envs × seeds at an equal budget), quick mode; reruns skip finished runs.
 bench-learning: $(VENV)/.installed
-	$(BIN)/python benchmarks/learning.py --mode quick
+	$(BIN)/python benchmarks/learning.py --mode quick --jobs 2
 
 clean:
 	rm -rf $(VENV)
