@@ -268,7 +268,9 @@ class Run:
         return f"{self.env_key}/{self.method_key}/seed{self.seed}"
 
 
-def run_config(mode: Mode, env: EnvSetting, method: Method, seed: int, run_dir: Path) -> dict[str, Any]:
+def run_config(
+    mode: Mode, env: EnvSetting, method: Method, seed: int, run_dir: Path, *, eval_before: bool = True
+) -> dict[str, Any]:
     """The TrainConfig fields of one cell (as JSON types, the way ``config.json`` stores them)."""
     config = {
         "env": env.env,
@@ -290,6 +292,7 @@ def run_config(mode: Mode, env: EnvSetting, method: Method, seed: int, run_dir: 
         "eval_every": mode.eval_every,
         "eval_episodes": mode.eval_episodes,
         "eval_batch_size": mode.eval_episodes,
+        "eval_before": eval_before,
         "out_dir": str(run_dir),
         "seed": seed,
         "checkpoint_every": mode.checkpoint_every,
@@ -313,14 +316,17 @@ def build_grid(
     runs = []
     for method_key, env_key, seed in order:
         run_dir = out_root / env_key / method_key / f"seed{seed}"
-        config = run_config(mode, envs[env_key], methods[method_key], seed, run_dir)
+        # The initial model is the same in every cell of an (env, seed) and so are the held-out episodes: the
+        # env's first method evaluates it before training, the others reuse that eval (see ``aggregate``).
+        first = next(m for m in mode.methods if mode.runs_on(m, env_key))
+        config = run_config(mode, envs[env_key], methods[method_key], seed, run_dir, eval_before=method_key == first)
         runs.append(Run(env_key, method_key, seed, run_dir, config, envs[env_key].setup))
     return runs
 
 
 # ---------------------------------------------------------------------------------------------- run state
 #: TrainConfig fields a finished or checkpointed run may differ in and still count as the same run
-_RESUMABLE = {"steps", "eval_every", "eval_episodes", "progress", "checkpoint_every", "save_final"}
+_RESUMABLE = {"steps", "eval_every", "eval_episodes", "eval_before", "progress", "checkpoint_every", "save_final"}
 
 
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -738,6 +744,14 @@ def cell_summary(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def aggregate(mode: Mode, runs: Sequence[Run], methods: dict[str, Method] = METHODS) -> dict[str, Any]:
     """Per-run and per-cell summaries, paired comparisons, missing cells and sanity checks."""
     per_run = [run_summary(r) for r in runs]
+    # Runs that did not evaluate the initial model themselves (``eval_before`` off) take the eval of the run of
+    # the same (env, seed) that did: same model, same episodes, same seeds.
+    initial = {(s["env"], s["seed"]): s["before"] for s in per_run if s["finished"] and s["before"]}
+    for s in per_run:
+        s["before_shared"] = not s["before"] and (s["env"], s["seed"]) in initial
+        if s["before_shared"]:
+            s["before"] = initial[(s["env"], s["seed"])]
+            s["curve"].insert(0, s["before"])
     cells: dict[str, dict[str, Any]] = {}
     for env in mode.envs:
         for method in mode.methods:
@@ -770,7 +784,7 @@ def aggregate(mode: Mode, runs: Sequence[Run], methods: dict[str, Method] = METH
             vals = {
                 (s["before"]["success"], s["before"]["score"])
                 for s in per_run
-                if s["env"] == env and s["seed"] == seed and s["finished"] and s["before"]
+                if s["env"] == env and s["seed"] == seed and s["finished"] and s["before"] and not s["before_shared"]
             }
             if vals:
                 before_agree[f"{env}|{seed}"] = len(vals) == 1
@@ -1044,7 +1058,9 @@ def render(
         f"{mode.tasks_per_step} task(s) × {mode.group_size} trajectories = {per_seed} trajectories per seed "
         f"(R³L: N/2 = {mode.group_size // 2} base(s) per task, their retries, topped up with bases); lr {mode.lr:g}; "
         f"held out: {mode.eval_episodes} episodes of the test split at temperature 0.4, the same episodes for every "
-        f"method of a seed. Seeds {', '.join(map(str, mode.seeds))}. **{done} of {total} runs finished.**",
+        "method of a seed (so the eval before training, when a run did not make it itself, is that of the first "
+        f"method of the same env and seed). Seeds {', '.join(map(str, mode.seeds))}. "
+        f"**{done} of {total} runs finished.**",
         "",
         "Cells: mean over seeds ± half-width of the 95 % t-interval (n = finished seeds; one seed has no interval; "
         "intervals are not clipped to [0, 1], and with n = 2 the t quantile is 12.7, so they are wide). "

@@ -54,7 +54,9 @@ __all__ = ["TrainConfig", "TrainingDivergedError", "TrainResult", "train"]
 logger = logging.getLogger(__name__)
 
 #: config fields that may change between a run and its resumption (everything else must match)
-RESUMABLE_CHANGES = frozenset({"steps", "eval_every", "eval_episodes", "progress", "checkpoint_every", "save_final"})
+RESUMABLE_CHANGES = frozenset(
+    {"steps", "eval_every", "eval_episodes", "eval_before", "progress", "checkpoint_every", "save_final"}
+)
 
 
 class TrainingDivergedError(R3LLearnError):
@@ -108,6 +110,7 @@ class TrainConfig:
     eval_every: int = 10  # steps between evals; 0: only before and after training
     eval_episodes: int = 16  # held-out episodes per eval (the same ones each time); 0: no evals
     eval_temperature: float = 0.4  # R3L.md §4
+    eval_before: bool = True  # evaluate the initial model (off: a sweep that evaluated it once for all its runs)
     eval_batch_size: int = 8  # eval episodes played together
     # the run
     out_dir: str = "runs/r3l"  # metrics, checkpoints, plots, summary and the final model go here
@@ -460,7 +463,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> TrainResult:
     bar = tqdm(total=config.steps, initial=start, desc=f"{algo.name} {config.env}", disable=not config.progress)
     try:
         with _Interrupts() as interrupts:
-            if start == 0 and config.eval_episodes:
+            if start == 0 and config.eval_episodes and config.eval_before:
                 eval_before = _eval(config, player, 0, log)
             for step in range(start, config.steps):
                 t0 = time.perf_counter()

@@ -113,6 +113,9 @@ def test_the_grid_runs_aggregates_skips_and_resumes(tmp_path):
         MODE, runs, command="test", results_md=md, results_dir=results, plots_dir=tmp_path / "plots", envs=ENVS
     )
     assert data["missing"] == []
+    assert [r.config["eval_before"] for r in runs] == [True, False, True, False]  # R³L evaluates, GRPO reuses
+    assert all(s["before_shared"] == (s["method"] == "grpo") for s in data["runs"])
+    assert data["cells"]["grpo|corridor"]["success_before"]["n"] == 2
     cell = data["cells"]["r3l|corridor"]
     assert cell["success"]["n"] == 2 and cell["trajectories"]["mean"] == 2
     assert cell["economics"]["parse_rate"] is not None  # the oracle reflected on every base
@@ -140,4 +143,6 @@ def test_the_grid_runs_aggregates_skips_and_resumes(tmp_path):
     attempts = json.loads((run.run_dir / "run.json").read_text())["attempts"]
     assert [a["resumed"] for a in attempts] == [False, True]
     steps = [json.loads(line)["step"] for line in (run.run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [0, 1, 1, 2, 2]  # eval before, step 1, the first final eval, step 2, the final eval
+    assert steps == [1, 1, 2, 2]  # step 1, the first final eval, step 2, the final eval (R³L evaluated before)
+    summary = next(s for s in learning.aggregate(longer, [run])["runs"])
+    assert summary["before"] is None  # no R³L run in this grid to take the initial eval from

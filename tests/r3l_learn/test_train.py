@@ -60,6 +60,21 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, algo):
     assert steps == [1, 2, 3]
 
 
+def test_skipping_the_initial_eval_changes_nothing_else(tmp_path):
+    """A sweep evaluates the initial model once and turns ``eval_before`` off in its other runs: the training
+    must not depend on whether that eval ran (it draws from its own seeded streams)."""
+    with_eval = train(_config(tmp_path / "a", eval_episodes=2, eval_batch_size=2))
+    without = train(_config(tmp_path / "b", eval_episodes=2, eval_batch_size=2, eval_before=False))
+    assert with_eval.eval_before is not None and without.eval_before is None
+    a, b = _weights(tmp_path / "a" / "run"), _weights(tmp_path / "b" / "run")
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=0)
+    after = [
+        (e.success_rate, e.mean_score, e.mean_turns, e.mean_tokens) for e in (with_eval.eval_after, without.eval_after)
+    ]
+    assert after[0] == after[1]
+
+
 def test_resume_refuses_another_configuration_and_a_fresh_run_refuses_old_checkpoints(tmp_path):
     train(_config(tmp_path, steps=1))
     with pytest.raises(Exception, match="lr"):
