@@ -1333,6 +1333,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child is not None:
         return child(args.child)
 
+    # A sweep started in the background (nohup, &) inherits SIGINT ignored; stopping it must still let the runs in
+    # flight save their checkpoints, so SIGINT and SIGTERM both raise KeyboardInterrupt in the sweeping thread.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.default_int_handler)
     mode = MODES[args.mode]
     overrides = {k: v for k, v in (("model", args.model), ("device", args.device)) if v}
     if overrides:
