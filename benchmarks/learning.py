@@ -827,6 +827,15 @@ def _comparison(agg: dict[str, Any], env: str, other: str, metric: str) -> dict[
     )
 
 
+def _versus(agg: dict[str, Any], env: str, other: str, name: str) -> str:
+    """`` Held-out success, R³L minus <name>: ...`` from the paired comparison, or nothing without one."""
+    comp = _comparison(agg, env, other, "success")
+    if comp is None or comp["n"] == 0:
+        return ""
+    interval = "" if comp["ci"] is None else f", 95 % CI [{comp['lo']:+.3f}, {comp['hi']:+.3f}]"
+    return f" Held-out success, R³L minus {name}: {comp['mean']:+.3f}{interval} (n={comp['n']}, {comp['verdict']})."
+
+
 def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = METHODS) -> list[str]:
     """Statements that follow from the numbers (95 % paired t-intervals over seeds); nothing hard-coded."""
     cells, lines = agg["cells"], []
@@ -913,6 +922,18 @@ def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = MET
                 f"- Reflector on **{env}**: self-reflection parsed {_f(se['parse_rate'], 2)} of its reflections and "
                 f"produced {_int(se['retries'])} retries ({_f(se['beat_base_rate'], 2)} beat their base); the oracle "
                 f"produced {_int(oe['retries'])} ({_f(oe['beat_base_rate'], 2)})."
+                + _versus(agg, env, "r3l-self", "the oracle's R³L")
+            )
+    for env in mode.envs:
+        scratch, pivot = cells.get(f"r3l-retry-from-scratch|{env}"), cells.get(f"r3l|{env}")
+        if scratch and scratch["seeds"] and pivot and pivot["seeds"]:
+            se, pe = scratch["economics"], pivot["economics"]
+            lines.append(
+                f"- Restart at the pivot vs from scratch on **{env}** (same reflections, same budget of trajectories): "
+                f"{_f(pe['beat_base_rate'], 2)} vs {_f(se['beat_base_rate'], 2)} of the retries beat their base; "
+                f"generated tokens per training success {_int(pe['tokens_per_success'])} vs "
+                f"{_int(se['tokens_per_success'])}, env steps per success {_f(pe['env_steps_per_success'], 1)} vs "
+                f"{_f(se['env_steps_per_success'], 1)}." + _versus(agg, env, "r3l-retry-from-scratch", "from scratch")
             )
     tokens = []
     for env in mode.envs:
