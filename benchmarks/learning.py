@@ -682,6 +682,9 @@ def run_summary(run: Run) -> dict[str, Any]:
         "before": first,
         "after": last,
         "trajectories": sum(s.get("train/trajectories", 0) for s in steps),
+        # steps whose gradient was not zero: with equal rewards in every group (and no aux sample, no KL drift) a
+        # step has nothing to learn from (only weight decay and Adam's momentum move the weights)
+        "updates": sum(1 for s in steps if (_num(s.get("grad_norm")) or 0.0) > 0),
         "logged_generated_tokens": sums.get("speed/generated_tokens"),
         "sums": {k.removeprefix("bench/"): v for k, v in sums.items() if k.startswith("bench/")},
         "collect_s": sums.get("speed/collect_s"),
@@ -708,6 +711,7 @@ def cell_summary(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out[f"{key}_delta"] = paired(after, before)
         out[f"{key}_by_seed"] = after
     out["trajectories"] = mean_ci([s["trajectories"] for s in done])
+    out["updates"] = mean_ci([s["updates"] for s in done])
     out["logged_generated_tokens"] = mean_ci([s["logged_generated_tokens"] for s in done])
     out["wall_min"] = mean_ci([s["wall_s"] / 60 for s in done if s["wall_s"]])
     details = [s["eval_after_detail"] for s in done if s["eval_after_detail"]]
@@ -872,6 +876,9 @@ def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = MET
                 else:
                     bounds = "" if comp["ci"] == 0 else f", 95 % CI [{comp['lo']:+.3f}, {comp['hi']:+.3f}]"
                     parts.append(f"{what}: R³L **{v}** by {abs(comp['mean']):.3f}{bounds} (n={comp['n']})")
+        updates = [f"{methods[m].label} {c['updates']['mean']:.1f}" for m, c in env_cells.items() if c["updates"]["n"]]
+        if updates:
+            parts.append(f"steps with a non-zero gradient (mean over seeds, of {mode.steps}): " + ", ".join(updates))
         parse = [c["eval_parse_errors"]["mean"] for c in env_cells.values() if c["eval_parse_errors"]["n"]]
         if parse and min(parse) >= 0.5:
             share = f"{min(parse):.0%}" if min(parse) == max(parse) else f"{min(parse):.0%}-{max(parse):.0%}"
@@ -1039,7 +1046,7 @@ def _grid(
 
 _BUDGET_HEADER = (
     "env|method|trajectories|generated tokens|speed/generated_tokens|env steps|train success|tokens / success|"
-    "env steps / success|held-out turns|held-out parse errors / turn|wall min"
+    "env steps / success|steps with a gradient|held-out turns|held-out parse errors / turn|wall min"
 )
 _RETRY_HEADER = (
     "env|method|reflector|reflections parsed|retries|mean pivot|beat base|retry success|tokens pivot ÷ scratch|"
@@ -1128,7 +1135,10 @@ def render(
         "Sampled trajectories are the budget every method gets. Generated tokens: what the policy generated in "
         "rollouts (a retry's reused prefix excluded) plus self-reflections (the oracle generates none); the learner's "
         "own `speed/generated_tokens`, summed, leaves out reflections. Env steps: actions played. Train success: the "
-        "fraction of sampled trajectories that won; per success: pooled over seeds. Held-out turns and parse errors "
+        "fraction of sampled trajectories that won; per success: pooled over seeds. Steps with a gradient: steps whose "
+        "gradient norm was not 0 (in a step where every group's rewards were equal and there was no auxiliary sample, "
+        "only weight decay and Adam's momentum move the weights; GRPO's KL term has a gradient once weight decay has "
+        "moved the weights off the reference, rewards or not). Held-out turns and parse errors "
         "(replies with no usable action, which do not step the env): the eval after training.",
         "",
     ]
@@ -1141,9 +1151,10 @@ def render(
                 per_success = (_int(econ["tokens_per_success"]), _f(econ["env_steps_per_success"], 1))
                 success = _f(econ["train_success_rate"])
                 row = [e, methods[m].label, *(_int(s["mean"]) for s in counts), success, *per_success]
+                row.append(f"{_f(c['updates']['mean'], 1)} of {mode.steps}")
                 held_out = (_f(c["eval_turns"]["mean"], 1), _f(c["eval_parse_errors"]["mean"], 2))
                 rows.append([*row, *held_out, _f(c["wall_min"]["mean"], 1)])
-    md += _table(_BUDGET_HEADER.split("|"), rows or [["—"] * 12])
+    md += _table(_BUDGET_HEADER.split("|"), rows or [["—"] * 13])
     md += [
         "",
         "### Retry economics (reflect-retry methods, pooled over seeds and steps)",
