@@ -327,6 +327,8 @@ def build_grid(
 # ---------------------------------------------------------------------------------------------- run state
 #: TrainConfig fields a finished or checkpointed run may differ in and still count as the same run
 _RESUMABLE = {"steps", "eval_every", "eval_episodes", "eval_before", "progress", "checkpoint_every", "save_final"}
+#: TrainConfig fields an invocation may override for memory: the loss does not depend on them (1×8 = 8×1 is tested)
+_MEMORY_ONLY = {"micro_batch_size"}
 
 
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -350,7 +352,7 @@ def state(run: Run) -> str:
     saved = run.run_dir / "config.json"
     if saved.is_file():
         old = json.loads(saved.read_text())
-        changed = [k for k in run.config if k not in _RESUMABLE and old.get(k) != run.config[k]]
+        changed = [k for k in run.config if k not in _RESUMABLE | _MEMORY_ONLY and old.get(k) != run.config[k]]
         if changed:
             return "stale"
     if finished(run):
@@ -1207,6 +1209,20 @@ def render(
         shared = {k: v for k, v in json.loads(config_path.read_text()).items() if k not in varying}
         shared.update(out_dir="<run dir>", seed="<seed>")
         md += ["", "Every other TrainConfig field (one run's `config.json`):", "", f"`{json.dumps(shared)}`"]
+        differ = []
+        for r in agg["runs"]:
+            path = Path(r["run_dir"]) / "config.json"
+            saved = json.loads(path.read_text()) if r["finished"] and path.is_file() else {}
+            diff = {k: saved[k] for k in _MEMORY_ONLY if k in saved and saved[k] != shared.get(k)}
+            if diff:
+                differ.append(f"{r['env']}/{r['method']}/seed{r['seed']} ({json.dumps(diff)[1:-1]})")
+        if differ:
+            md += [
+                "",
+                "Runs made with another micro-batch size, for memory (the loss does not depend on it): "
+                + ", ".join(differ)
+                + ".",
+            ]
     return "\n".join(md)
 
 
@@ -1291,12 +1307,17 @@ def sweep(
     run_timeout_min: float | None = None,
     rerun_stale: bool = False,
     keep_checkpoints: bool = False,
+    overrides: dict[str, Any] | None = None,
     command: str = "",
 ) -> tuple[list[Run], dict[str, Any]]:
     """Run the cells of ``mode`` that are not done yet (those ``only`` selects); returns the grid and what this
     invocation did, which is also appended to ``out_root/sweeps.jsonl`` (the page lists every invocation)."""
     runs = build_grid(mode, out_root, envs=envs, methods=methods)
     todo = [r for r in runs if only is None or only(r)]
+    if overrides:
+        if set(overrides) - _MEMORY_ONLY:
+            raise ValueError(f"only {sorted(_MEMORY_ONLY)} may be overridden, got {sorted(overrides)}")
+        todo = [dataclasses.replace(r, config={**r.config, **overrides}) for r in todo]
     for setup in {r.setup for r in todo if r.setup}:
         _setup(setup)
     from r3l_learn.train import TrainConfig
@@ -1352,6 +1373,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="override the mode's device (e.g. cuda)")
     parser.add_argument("--time-budget", type=float, default=None, help="minutes; then stop (resumable)")
     parser.add_argument("--run-timeout", type=float, default=None, help="minutes per run; then interrupt it")
+    parser.add_argument(
+        "--micro-batch-size", type=int, default=None, help="override for this invocation's runs (memory only)"
+    )
     parser.add_argument("--rerun-stale", action="store_true", help="delete and rerun runs of another configuration")
     parser.add_argument("--keep-checkpoints", action="store_true", help="keep finished runs' checkpoints")
     parser.add_argument("--report-only", action="store_true", help="aggregate the existing runs; run nothing")
@@ -1400,6 +1424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_timeout_min=args.run_timeout,
             rerun_stale=args.rerun_stale,
             keep_checkpoints=args.keep_checkpoints,
+            overrides={"micro_batch_size": args.micro_batch_size} if args.micro_batch_size else None,
             command=command,
         )
     if not args.no_report:

@@ -84,6 +84,17 @@ def test_method_envs_restricts_cells_and_the_page_says_so(tmp_path):
     assert table[-1] == "| R³L, self-reflection | not run | x |"
 
 
+def test_only_memory_settings_may_be_overridden_and_they_keep_a_run_current(tmp_path):
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        learning.sweep(MODE, out_root=tmp_path, envs=ENVS, overrides={"lr": 1.0})
+    run = learning.build_grid(MODE, tmp_path, envs=ENVS)[0]
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "config.json").write_text(json.dumps({**run.config, "micro_batch_size": 1}))
+    assert learning.state(run) == "fresh"  # not "stale": the loss does not depend on the micro-batch size
+    (run.run_dir / "config.json").write_text(json.dumps({**run.config, "lr": 1.0}))
+    assert learning.state(run) == "stale"
+
+
 def test_every_mode_builds_valid_configs(tmp_path):
     from r3l_learn.train import TrainConfig
 
