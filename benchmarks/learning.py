@@ -834,12 +834,15 @@ def _comparison(agg: dict[str, Any], env: str, other: str, metric: str) -> dict[
 
 
 def _versus(agg: dict[str, Any], env: str, other: str, name: str) -> str:
-    """`` Held-out success, R³L minus <name>: ...`` from the paired comparison, or nothing without one."""
+    """`` Held-out success, R³L (oracle) minus <name>: ...`` from the paired comparison, or nothing without one."""
     comp = _comparison(agg, env, other, "success")
     if comp is None or comp["n"] == 0:
         return ""
     interval = "" if comp["ci"] is None else f", 95 % CI [{comp['lo']:+.3f}, {comp['hi']:+.3f}]"
-    return f" Held-out success, R³L minus {name}: {comp['mean']:+.3f}{interval} (n={comp['n']}, {comp['verdict']})."
+    return (
+        f" Held-out success, R³L (oracle) minus {name}: {comp['mean']:+.3f}{interval} (n={comp['n']}, "
+        f"{comp['verdict']})."
+    )
 
 
 def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = METHODS) -> list[str]:
@@ -931,7 +934,7 @@ def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = MET
                 f"- Reflector on **{env}**: self-reflection parsed {_f(se['parse_rate'], 2)} of its reflections and "
                 f"produced {_int(se['retries'])} retries ({_f(se['beat_base_rate'], 2)} beat their base); the oracle "
                 f"produced {_int(oe['retries'])} ({_f(oe['beat_base_rate'], 2)})."
-                + _versus(agg, env, "r3l-self", "the oracle's R³L")
+                + _versus(agg, env, "r3l-self", "self-reflection")
             )
     for env in mode.envs:
         scratch, pivot = cells.get(f"r3l-retry-from-scratch|{env}"), cells.get(f"r3l|{env}")
