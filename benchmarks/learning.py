@@ -904,6 +904,17 @@ def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = MET
             parts.append(
                 f"no method's held-out success changed significantly with training ({with_delta} with ≥ 2 seeds)"
             )
+        pairs = [
+            (r["before"]["success"], r["after"]["success"])
+            for r in agg["runs"]
+            if r["env"] == env and r["finished"] and r["before"] and r["after"]
+        ]
+        if pairs:
+            same = sum(1 for b, a in pairs if a == b)
+            parts.append(
+                f"{same} of {len(pairs)} finished runs ended with exactly the held-out success they started with "
+                f"(one episode is {1 / mode.eval_episodes:.3f} of it)"
+            )
         lines.append(f"- **{env}**: " + "; ".join(parts) + ".")
     for env in mode.envs:
         econ = cells.get(f"r3l|{env}", {}).get("economics", {})
