@@ -833,6 +833,14 @@ def _comparison(agg: dict[str, Any], env: str, other: str, metric: str) -> dict[
     )
 
 
+def _beside_r3l(cells: dict[str, Any], env: str, variant: str) -> tuple[dict, dict] | None:
+    """The retry economics of an R³L variant and of R³L on ``env``, when both have finished runs."""
+    mine, r3l = cells.get(f"{variant}|{env}"), cells.get(f"r3l|{env}")
+    if mine and mine["seeds"] and r3l and r3l["seeds"]:
+        return mine["economics"], r3l["economics"]
+    return None
+
+
 def _versus(agg: dict[str, Any], env: str, other: str, name: str) -> str:
     """`` Held-out success, R³L (oracle) minus <name>: ...`` from the paired comparison, or nothing without one."""
     comp = _comparison(agg, env, other, "success")
@@ -938,9 +946,8 @@ def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = MET
                 )
             )
     for env in mode.envs:
-        self_cell, oracle = cells.get(f"r3l-self|{env}"), cells.get(f"r3l|{env}")
-        if self_cell and self_cell["seeds"] and oracle and oracle["seeds"]:
-            se, oe = self_cell["economics"], oracle["economics"]
+        if pair := _beside_r3l(cells, env, "r3l-self"):
+            se, oe = pair
             lines.append(
                 f"- Reflector on **{env}**: self-reflection parsed {_f(se['parse_rate'], 2)} of its reflections and "
                 f"produced {_int(se['retries'])} retries ({_f(se['beat_base_rate'], 2)} beat their base); the oracle "
@@ -948,9 +955,8 @@ def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = MET
                 + _versus(agg, env, "r3l-self", "self-reflection")
             )
     for env in mode.envs:
-        scratch, pivot = cells.get(f"r3l-retry-from-scratch|{env}"), cells.get(f"r3l|{env}")
-        if scratch and scratch["seeds"] and pivot and pivot["seeds"]:
-            se, pe = scratch["economics"], pivot["economics"]
+        if pair := _beside_r3l(cells, env, "r3l-retry-from-scratch"):
+            se, pe = pair
             lines.append(
                 f"- Restart at the pivot vs from scratch on **{env}** (same reflections, same budget of trajectories): "
                 f"{_f(pe['beat_base_rate'], 2)} vs {_f(se['beat_base_rate'], 2)} of the retries beat their base; "
