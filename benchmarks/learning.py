@@ -325,8 +325,6 @@ def build_grid(
 
 
 # ---------------------------------------------------------------------------------------------- run state
-#: TrainConfig fields a finished or checkpointed run may differ in and still count as the same run
-_RESUMABLE = {"steps", "eval_every", "eval_episodes", "eval_before", "progress", "checkpoint_every", "save_final"}
 #: TrainConfig fields an invocation may override for memory: the loss does not depend on them (1×8 = 8×1 is tested)
 _MEMORY_ONLY = {"micro_batch_size"}
 
@@ -349,10 +347,13 @@ def finished(run: Run) -> bool:
 def state(run: Run) -> str:
     """``done``, ``resume`` (checkpoints, no final eval), ``fresh`` (nothing usable) or ``stale`` (the run
     directory holds a run of another configuration)."""
+    from r3l_learn.train import RESUMABLE_CHANGES  # what a run may change and still resume
+
     saved = run.run_dir / "config.json"
     if saved.is_file():
         old = json.loads(saved.read_text())
-        changed = [k for k in run.config if k not in _RESUMABLE | _MEMORY_ONLY and old.get(k) != run.config[k]]
+        free = RESUMABLE_CHANGES | _MEMORY_ONLY
+        changed = [k for k in run.config if k not in free and old.get(k) != run.config[k]]
         if changed:
             return "stale"
     if finished(run):

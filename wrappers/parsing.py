@@ -40,7 +40,12 @@ class AnswerFormat:
 
     def wrap(self, action: str) -> str:
         """The reply text for ``action`` alone (what constrained mode makes the agent say)."""
-        return f"<{self.action_tag}>{action}</{self.action_tag}>"
+        return f"{self.opening}{action}{self.stop}"
+
+    @property
+    def opening(self) -> str:
+        """The tag that opens the action."""
+        return f"<{self.action_tag}>"
 
     @property
     def stop(self) -> str:

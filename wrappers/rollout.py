@@ -282,7 +282,7 @@ class AgentEpisode:
     @property
     def slot(self) -> tuple[str, str] | None:
         """In constrained mode, a turn whose one admissible action is a template with one slot (WebShop's search
-        page: ``search[<query>]``): the reply text before and after the slot. The policy fills only the slot, so
+        page: ``search[<query>]``): the action text before and after the slot. The policy fills only the slot, so
         a model too small to write the answer format still makes a well-formed action."""
         admissible = self.admissible
         if not (self.config.constrained and admissible and len(admissible) == 1):
@@ -290,14 +290,7 @@ class AgentEpisode:
         slots = list(_SLOT.finditer(admissible[0]))
         if len(slots) != 1:
             return None
-        before, after = self.template.answer.wrap("\x00").split("\x00")
-        action, slot = admissible[0], slots[0]
-        return before + action[: slot.start()], action[slot.end() :] + after
-
-    def fill_slot(self, value: str) -> str:
-        """The action this turn's slot template makes with ``value`` in the slot."""
-        slot = _SLOT.search(self.admissible[0])
-        return self.admissible[0][: slot.start()] + value + self.admissible[0][slot.end() :]
+        return admissible[0][: slots[0].start()], admissible[0][slots[0].end() :]
 
     # ------------------------------------------------------------------ prompts
     def prompt(self) -> list[int]:
@@ -513,10 +506,11 @@ def play(
                     ]
                     if ep.fits(prompt, max(len(c) for c in cands)):
                         chosen.append((ep, prompt, cands))
-                elif ep.slot is not None:
-                    head, tail = (policy.tokenize(text) for text in ep.slot)
+                elif (slot := ep.slot) is not None:
+                    answer = ep.template.answer
+                    head, tail = policy.tokenize(answer.opening + slot[0]), policy.tokenize(slot[1] + answer.stop)
                     if ep.fits(prompt, len(head) + config.sampling.max_new_tokens + len(tail) + 1):
-                        slotted.append((ep, prompt, head))
+                        slotted.append((ep, prompt, head, slot))
                 elif ep.fits(prompt, config.sampling.max_new_tokens):
                     free.append((ep, prompt))
             stepping: list[Future[AgentEpisode]] = []
@@ -543,7 +537,7 @@ def play(
 
 
 def _fill_slots(
-    slotted: list[tuple[AgentEpisode, list[int], list[int]]],
+    slotted: list[tuple[AgentEpisode, list[int], list[int], tuple[str, str]]],
     policy: Policy,
     config: RolloutConfig,
     seed: int | None,
@@ -551,20 +545,20 @@ def _fill_slots(
     ops: EnvOps,
 ) -> list[Future[AgentEpisode]]:
     """Slot turns (see :attr:`AgentEpisode.slot`): the policy continues the reply's fixed head (e.g.
-    ``<action>search[``) up to the first character of its tail (``]``); the reply is head + value + tail, re-scored
-    whole so its log-probs are the policy's own for exactly the recorded tokens."""
-    stops = tuple(dict.fromkeys(ep.slot[1][:1] for ep, _, _ in slotted if ep.slot[1]))
+    ``<action>search[``) up to the first character of what follows the slot (``]``); the reply is the action with
+    that value in the slot, re-scored whole so its log-probs are the policy's own for exactly the recorded tokens."""
+    stops = tuple(dict.fromkeys((after + ep.template.answer.stop)[:1] for ep, _, _, (_, after) in slotted))
     params = replace(config.sampling, seed=seed, stop=stops)
-    gens = policy.generate([prompt + head for _, prompt, head in slotted], params)
+    gens = policy.generate([prompt + head for _, prompt, head, _ in slotted], params)
     replies = []
-    for (ep, prompt, _), gen in zip(slotted, gens, strict=True):
-        head, tail = ep.slot
+    for (ep, prompt, _, (before, after)), gen in zip(slotted, gens, strict=True):
         value = gen.text
         for stop in stops:
             value = value.split(stop)[0]
         value = " ".join(value.split())  # one line: a newline or a run of spaces is no part of a query
-        ids = policy.tokenize(head + value + tail) + ([eot] if eot is not None else [])
-        replies.append((ep, prompt, ep.fill_slot(value), ids))
+        action = before + value + after
+        ids = policy.tokenize(ep.template.answer.wrap(action)) + ([eot] if eot is not None else [])
+        replies.append((ep, prompt, action, ids))
     scores = policy.score([prompt for _, prompt, _, _ in replies], [ids for *_, ids in replies])
     return [
         ops.submit(ep._step, ep._begin_choice(action, ids, lp, prompt))
