@@ -40,8 +40,15 @@ def machine() -> dict[str, str]:
         versions["git"] = commit.stdout.strip() or "unknown"
     except OSError:
         versions["git"] = "unknown"
+    try:  # whether bf16 is native here decides what "auto" precisions mean (r3l_learn.device)
+        from r3l_learn.device import cpu_kind
+
+        kind = cpu_kind()
+    except ImportError:
+        kind = "unknown"
     return {
         "cpu": cpu,
+        "cpu_kind": kind,
         "cores": str(os.cpu_count()),
         "memory": f"{mem_gib:.0f} GiB",
         "python": platform.python_version(),
@@ -53,7 +60,8 @@ def machine() -> dict[str, str]:
 def machine_line(facts: dict[str, str] | None = None) -> str:
     facts = facts or machine()
     return (
-        f"Machine: {facts['cpu']}, {facts['cores']} cores, {facts['memory']}; Python {facts['python']}; "
+        f"Machine: {facts['cpu']} ({facts.get('cpu_kind', 'CPU kind not recorded')}), {facts['cores']} cores, "
+        f"{facts['memory']}; Python {facts['python']}; "
         f"{facts['versions']}; {facts['date']}."
     )
 

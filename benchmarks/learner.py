@@ -9,7 +9,9 @@ target (agent turns are a minority of an agent trace; observations and prompts a
   target tokens), forward + backward.
 * ``r3l``: :func:`r3l_learn.update.accumulate_gradients` with the R³L objective (reinforce, token-mean,
   per-sequence advantages) on the same tokens and targets: chunked LM head, only target positions.
-* ``r3l + grad-ckpt``, ``r3l + LoRA r=16``, ``r3l + bf16 autocast``: the memory/speed options.
+* ``r3l + grad-ckpt``, ``r3l + LoRA r=16``, ``r3l + bf16 autocast``: the memory/speed options. The bf16 row runs
+  only where the device computes bf16 natively (a CPU with avx512_bf16 or AMX, or a bf16 GPU; where it is emulated
+  it is many times slower and nobody should use it): elsewhere it is recorded as skipped, unless ``--bf16-anyway``.
 
 The overhead ratio is ``r3l`` time / ``causal-lm`` time from the same run (target ≤ 1.10); memory is peak RSS
 (CPU) or peak allocated (CUDA). Timings are the median of ``--repeats`` updates after one warm-up update.
@@ -121,21 +123,34 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=512)
     parser.add_argument("--micro-batch", type=int, default=8, help="rows per forward pass in the r3l rows")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--bf16-anyway", action="store_true", help="run the bf16 row where bf16 is emulated too")
     parser.add_argument("--only", default=None, help=argparse.SUPPRESS)  # internal: run one config, print JSON
     args = parser.parse_args()
     if args.only:
         print(json.dumps(_one(args, args.only)))
         return
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from r3l_learn.device import cpu_kind, native_dtype
+
+    bf16_native = native_dtype(args.device) == "bfloat16"
+    kind = cpu_kind() if args.device == "cpu" else args.device
+    logger.info("device %s (%s): bf16 %s", args.device, kind, "native" if bf16_native else "emulated")
     results = []
     for name in CONFIGS:
+        if CONFIGS[name].get("autocast") and not (bf16_native or args.bf16_anyway):
+            reason = f"skipped: no native bf16 on this device ({kind}); --bf16-anyway measures it"
+            results.append({"config": name, "failed": reason, "load": os.getloadavg()[0]})
+            logger.info("%s %s", name, reason)
+            continue
         cmd = [sys.executable, __file__, "--only", name] + [
-            f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k != "only"
+            f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("only", "bf16_anyway")
         ]
         out = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if out.returncode != 0:  # e.g. killed for memory: record it and measure the rest
             logger.warning("%s failed (exit code %d):\n%s", name, out.returncode, out.stderr[-3000:])
-            results.append({"config": name, "failed": f"exit code {out.returncode}", "load": os.getloadavg()[0]})
+            results.append(
+                {"config": name, "failed": f"failed (exit code {out.returncode})", "load": os.getloadavg()[0]}
+            )
             continue
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
         logger.info("%s", results[-1])
@@ -148,6 +163,7 @@ def main() -> None:
         f"--model {args.model} --device {args.device} --batch {args.batch} --length {args.length}`)",
         "",
         _report.machine_line(facts),
+        f"CPU kind: {kind}.",
         "",
         f"One update (forward + backward, no optimiser step) on {args.batch} × {args.length} tokens, 60 % of them "
         f"targets; median of {args.repeats} after a warm-up; each row in its own process.",
@@ -157,7 +173,7 @@ def main() -> None:
     ]
     for r in results:
         if "failed" in r:
-            lines.append(f"| {r['config']} | failed ({r['failed']}) | | | | | {r['load']:.1f} |")
+            lines.append(f"| {r['config']} | {r['failed']} | | | | | {r['load']:.1f} |")
             continue
         lines.append(
             f"| {r['config']} | {r['seconds']:.2f} | {r['cpu_seconds']:.2f} | {r['tokens_per_s']:.0f} | "
@@ -172,7 +188,8 @@ def main() -> None:
         "never holds the full-vocabulary logits, which is where the memory difference comes from.",
     ]
     name = "learner" if args.device == "cpu" else f"learner-{args.device.split(':')[0]}"
-    _report.write_section(name, "\n".join(lines), {"machine": facts, "args": vars(args), "results": results})
+    record = {"machine": facts, "cpu_kind": kind, "bf16_native": bf16_native, "args": vars(args), "results": results}
+    _report.write_section(name, "\n".join(lines), record)
     print("\n".join(lines))
 
 

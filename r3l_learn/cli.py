@@ -1,25 +1,34 @@
-"""The ``r3l`` command line: ``demo``, ``envs``, ``check``, ``train``, ``eval`` and ``show`` (``r3l --help``)."""
+"""The ``r3l`` command line: ``tour``, ``envs``, ``check``, ``train``, ``eval`` and ``show`` (``r3l --help``).
+
+One vocabulary across subcommands: an env is ``--env ID`` with ``--env-kwargs KEY=VALUE ...``; ``--actions``,
+``--dtype``, ``--autocast``, ``--device``, ``--rollout-backend``, ``--seed`` and ``--max-new-tokens`` mean the same
+and default the same in ``train`` and ``eval``; every help shows its default and choices. Ctrl-C exits with
+status 130 and a one-line message, a closed pipe (``r3l show ... | head``) quietly.
+"""
 
 from __future__ import annotations
 
 import argparse
-import ast
 import logging
+import os
 import sys
 
+from r3l_learn.cli_args import env_id_problem, key_value, parse_kwargs
 
-def _parse_kwargs(pairs: list[str]) -> dict[str, object]:
-    """``["split=test", "max_attempts=5"]`` -> ``{"split": "test", "max_attempts": 5}``."""
-    kwargs: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"r3l: expected key=value, got {pair!r}")
-        try:
-            kwargs[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            kwargs[key] = value
-    return kwargs
+logger = logging.getLogger(__name__)
+
+_DOCS = "More: the project README (also the package description) and the R³L paper, arXiv 2601.03715."
+
+
+def _require_env(command: str, env_id: str) -> None:
+    problem = env_id_problem(env_id)
+    if problem:
+        raise SystemExit(f"r3l {command}: {problem}")
+
+
+def _env_kwargs(args: argparse.Namespace) -> dict[str, object]:
+    """``--env-kwargs`` plus the older positional ``key=value`` words (both still accepted)."""
+    return {**parse_kwargs(args.kwargs), **parse_kwargs(args.env_kwargs)}
 
 
 def _envs(_: argparse.Namespace) -> int:
@@ -35,30 +44,48 @@ def _check(args: argparse.Namespace) -> int:
 
     import r3l_envs
 
-    env = gym.make(args.env_id, **_parse_kwargs(args.kwargs))
+    words = list(args.words)
+    env_id = args.env or (words.pop(0) if words and "=" not in words[0] else None)
+    if env_id is None:
+        raise SystemExit("r3l check: give the env id, e.g. `r3l check --env r3l/Countdown-v0`")
+    _require_env("check", env_id)
+    kwargs = {**parse_kwargs(words), **parse_kwargs(args.env_kwargs)}
+    env = gym.make(env_id, **kwargs)
     r3l_envs.check_env(env)
-    print(f"{args.env_id}: check_env passed")
+    print(f"{env_id}: check_env passed")
     return 0
 
 
-def _demo(args: argparse.Namespace) -> int:
+def _tour(args: argparse.Namespace) -> int:
     from r3l_learn.demo import run_demo
 
+    if args.command == "demo":
+        print("note: `r3l demo` is now `r3l tour` (`make demo` trains a model; this is the model-free tour)\n")
     run_demo(episodes=args.episodes, seed=args.seed)
     return 0
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from r3l_learn.device import resolve_autocast
     from r3l_learn.evaluate import evaluate, load_policy
     from wrappers import RolloutConfig, SamplingParams
 
-    policy = load_policy(args.model, dtype=args.dtype, device=args.device, seed=args.seed)
+    _require_env("eval", args.env)
+    env_kwargs = _env_kwargs(args)
+    autocast = resolve_autocast(args.autocast, args.device)
+    # a vLLM engine has no separate compute precision: it runs in the one autocast chose, else in --dtype
+    dtype = "bfloat16" if args.rollout_backend == "vllm" and autocast == "bf16" else args.dtype
+    policy = load_policy(args.model, dtype=dtype, device=args.device, seed=args.seed, backend=args.rollout_backend)
+    if autocast == "bf16" and hasattr(policy, "autocast"):
+        import torch
+
+        policy.autocast = torch.bfloat16
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     config = RolloutConfig(
         sampling=sampling, max_turns=args.max_turns, history=args.history, constrained=args.actions == "constrained"
     )
     name = args.env.rsplit("/", 1)[-1]
-    out = args.out or f"r3l-eval-{name}-{args.split}.jsonl"
+    out = args.out or os.path.join(args.out_dir or ".", f"r3l-eval-{name}-{args.split}.jsonl")
     summary, _ = evaluate(
         args.env,
         policy,
@@ -67,7 +94,7 @@ def _eval(args: argparse.Namespace) -> int:
         config=config,
         batch_size=args.batch_size,
         seed=args.seed,
-        env_kwargs=_parse_kwargs(args.kwargs),
+        env_kwargs=env_kwargs,
         out=out,
     )
     print("\n".join(summary.lines()))
@@ -82,77 +109,131 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from wrappers.show import load_viewable, render_html, render_text
 
-    from wrappers.data import TrajectoryGroup, load_jsonl
-    from wrappers.show import render_html, render_text
-
-    groups = [g for g in load_jsonl(args.path) if isinstance(g, TrajectoryGroup)][: args.limit]
-    if not groups:
-        raise SystemExit(f"r3l show: {args.path} holds no trajectory groups (write them with wrappers.save_jsonl)")
-    print(render_text(groups))
+    try:
+        items = load_viewable(args.path, limit=args.limit)
+    except FileNotFoundError:
+        raise SystemExit(f"r3l show: no such file: {args.path}") from None
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"r3l show: cannot read {args.path}: {exc}") from None
+    if not items:
+        raise SystemExit(f"r3l show: {args.path} holds no trajectories or trajectory groups")
+    print(render_text(items, max_lines=args.max_lines))
     if args.html:
-        Path(args.html).write_text(render_html(groups, title=f"r3l show {args.path}"), encoding="utf-8")
+        from pathlib import Path
+
+        Path(args.html).write_text(render_html(items, title=f"r3l show {args.path}"), encoding="utf-8")
         print(f"wrote {args.html}")
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="r3l", description="Reflect-then-Retry RL for LLM agents on text envs.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_env_arguments(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument("--env", required=required, default=None, help="a registered env id (`r3l envs` lists them)")
+    parser.add_argument(
+        "--env-kwargs",
+        "--env_kwargs",
+        nargs="*",
+        type=key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="gym.make kwargs",
+    )
 
-    demo = sub.add_parser("demo", help="play a few offline math episodes, showing checkpoint/restore")
-    demo.add_argument("--episodes", type=int, default=3)
-    demo.add_argument("--seed", type=int, default=0)
-    demo.set_defaults(func=_demo)
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``r3l`` argument parser (every subcommand's help shows defaults and choices)."""
+    from r3l_learn.evaluate import BACKENDS
+    from r3l_learn.models import DEFAULT_MODEL
+    from r3l_learn.train_cli import ConfigArgumentParser, add_train_arguments
+
+    parser = ConfigArgumentParser(
+        prog="r3l", description="Reflect-then-Retry RL for LLM agents on text envs.", epilog=_DOCS
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    for name, helptext in (
+        ("tour", "a model-free tour: a scripted solver plays offline Countdown, with checkpoint/restore shown"),
+        ("demo", "old name of `tour` (`make demo` is a training run)"),
+    ):
+        tour = sub.add_parser(name, help=helptext, description=helptext)
+        tour.add_argument("--episodes", type=int, default=3, help="episodes to play")
+        tour.add_argument("--seed", type=int, default=0, help="seed of the first episode")
+        tour.set_defaults(func=_tour)
 
     envs = sub.add_parser("envs", help="list the registered environment ids")
     envs.set_defaults(func=_envs)
 
     check = sub.add_parser("check", help="run r3l_envs.check_env on an env")
-    check.add_argument("env_id")
-    check.add_argument("kwargs", nargs="*", help="make() kwargs as key=value")
+    _add_env_arguments(check, required=False)
+    check.add_argument("words", nargs="*", metavar="ENV [KEY=VALUE ...]", help="older spelling of --env/--env-kwargs")
     check.set_defaults(func=_check)
 
-    tr = sub.add_parser("train", help="train a policy with R3L or a baseline (presets: --preset cpu-demo, ...)")
-    from r3l_learn.train_cli import add_train_arguments
-
+    tr = sub.add_parser("train", help="train a policy with R³L or a baseline (--preset cpu-demo: what make demo runs)")
+    tr.epilog = _DOCS
     add_train_arguments(tr)
     tr.set_defaults(func=_train)
 
-    ev = sub.add_parser("eval", help="evaluate a model on an env; writes the trajectories as JSONL")
-    ev.add_argument("--env", required=True, help="env id, e.g. r3l/Countdown-v0")
-    ev.add_argument("--model", default="smollm2-135m-instruct", help="embedded model name, HF folder, or tiny-random")
-    ev.add_argument("--episodes", type=int, default=10)
-    ev.add_argument("--split", default="test")
+    ev = sub.add_parser("eval", help="evaluate a model on an env; writes the trajectories as JSONL", epilog=_DOCS)
+    _add_env_arguments(ev, required=True)
+    ev.add_argument(
+        "--model", default=DEFAULT_MODEL, help='an embedded model name, a local HF folder, or "tiny-random"'
+    )
+    ev.add_argument("--episodes", type=int, default=10, help="episodes to play (episode i resets with seed --seed + i)")
+    ev.add_argument("--split", default="test", help="the split the episodes' tasks come from")
     ev.add_argument("--batch-size", type=int, default=8, help="episodes played (and generated for) together")
     ev.add_argument(
         "--actions",
-        choices=["constrained", "free"],
-        default="constrained",
-        help="constrained: choose among admissible actions by likelihood where the env lists them",
+        choices=["free", "constrained"],
+        default="free",
+        help="free text, or constrained: choose among the env's admissible actions by likelihood",
     )
-    ev.add_argument("--temperature", type=float, default=0.4, help="R3L evaluates at 0.4; 0 is greedy")
-    ev.add_argument("--max-new-tokens", type=int, default=256)
-    ev.add_argument("--max-turns", type=int, default=None, help="default: the env's step limit")
+    ev.add_argument("--temperature", type=float, default=0.4, help="sampling temperature (R³L evaluates at 0.4)")
+    ev.add_argument("--max-new-tokens", type=int, default=256, help="new tokens per agent turn")
+    ev.add_argument("--max-turns", type=int, default=None, help="turns per episode; None: the env's own limit")
     ev.add_argument("--history", type=int, default=None, help="keep only the last k turns in the context")
-    ev.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help="auto: bf16 where native")
-    ev.add_argument("--device", default="cpu")
-    ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--out", default=None, help="JSONL path (default r3l-eval-<Env>-<split>.jsonl)")
-    ev.add_argument("kwargs", nargs="*", help="make() kwargs as key=value")
+    ev.add_argument(
+        "--dtype", choices=["float32", "bfloat16", "auto"], default="float32", help="weights; auto: bf16 where native"
+    )
+    ev.add_argument(
+        "--autocast",
+        choices=["auto", "off", "bf16"],
+        default="auto",
+        help="bf16 compute over the weights; auto: only where the device computes bf16 natively",
+    )
+    ev.add_argument("--device", default="cpu", help='"cpu" or "cuda[:i]"')
+    ev.add_argument("--rollout-backend", choices=BACKENDS, default="hf", help="who generates: HF transformers or vLLM")
+    ev.add_argument("--seed", type=int, default=0, help="seeds the episodes and sampling")
+    ev.add_argument("--out", default=None, help="JSONL file to write (default: r3l-eval-<Env>-<split>.jsonl)")
+    ev.add_argument("--out-dir", default=None, help="directory for the default file name (default: .)")
+    ev.add_argument("kwargs", nargs="*", type=key_value, metavar="KEY=VALUE", help="older spelling of --env-kwargs")
     ev.set_defaults(func=_eval)
 
-    show = sub.add_parser("show", help="render trajectory groups (base beside retry, pivot marked)")
-    show.add_argument("path", help="a JSONL file of TrajectoryGroups (wrappers.save_jsonl)")
+    show = sub.add_parser("show", help="render trajectories or groups (base beside retry, pivot marked)")
+    show.add_argument("path", help="a JSONL file of Trajectories or TrajectoryGroups (wrappers.save_jsonl)")
     show.add_argument("--html", default=None, help="also write the view as a static HTML page here")
-    show.add_argument("--limit", type=int, default=None, help="show at most this many groups")
+    show.add_argument("--limit", type=int, default=None, help="show at most this many groups or trajectories")
+    show.add_argument(
+        "--max-lines", type=int, default=6, help="lines shown per turn (the rest is counted); 0: no limit"
+    )
     show.set_defaults(func=_show)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``r3l`` command line; returns the exit status."""
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print(f"r3l {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader went away (`r3l show ... | head`): stop quietly, as `cat` does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that flushing stdout at exit does not raise again
+        return 141
 
 
 if __name__ == "__main__":

@@ -49,9 +49,21 @@ class EvalSummary:
         ]
 
 
-def load_policy(model: str, *, dtype: str = "auto", device: str = "cpu", seed: int = 0) -> Policy:
-    """An HF policy for an embedded model name, a local HF folder, or ``tiny-random``."""
+#: Policy backends of :func:`load_policy` (and of ``--rollout-backend``).
+BACKENDS = ("hf", "vllm")
+
+
+def load_policy(model: str, *, dtype: str = "auto", device: str = "cpu", seed: int = 0, backend: str = "hf") -> Policy:
+    """A policy for an embedded model name, a local HF folder, or ``tiny-random``, on ``backend`` (see BACKENDS)."""
     from r3l_learn.hf_policy import HFPolicy
+
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "vllm":
+        from r3l_learn.device import resolve_dtype
+        from r3l_learn.vllm_policy import VLLMPolicy
+
+        return VLLMPolicy(model, dtype=resolve_dtype(dtype, "cuda", what="vLLM"), seed=seed)
 
     if model == TINY_RANDOM:
         from r3l_learn.models import tiny_model

@@ -1,8 +1,9 @@
 """The HF transformers policy: batched, left-padded, seeded generation and log-likelihood scoring.
 
 Works on CPU and GPU. bf16 weights roughly double CPU throughput on CPUs with native bf16 (avx512_bf16 or
-AMX; FACTS.md) but are many times *slower* where bf16 is emulated, so ``dtype="auto"`` picks bf16 only where
-the hardware has it. Keep old and new log-probs in the same precision (bf16 and fp32 differ by up to ~0.1 nats).
+AMX) but are many times *slower* where bf16 is emulated, so ``dtype="auto"`` picks bf16 only where the hardware
+has it (:mod:`r3l_learn.device`).
+Keep old and new log-probs in the same precision (bf16 and fp32 differ by up to ~0.1 nats).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from r3l_learn.chat_io import HFTokenizerIO
+from r3l_learn.device import native_dtype, resolve_dtype
 from r3l_learn.models import resolve_model
 from wrappers.policy import Generation, SamplingParams
 
@@ -24,20 +26,12 @@ __all__ = ["HFPolicy", "auto_dtype"]
 
 logger = logging.getLogger(__name__)
 
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def auto_dtype(device: str = "cpu") -> str:
-    """``"bfloat16"`` where the device computes it natively (CUDA with bf16, CPUs with avx512_bf16 or AMX),
-    else ``"float32"``."""
-    if device.startswith("cuda"):
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "").split()
-    except OSError:
-        return "float32"
-    return "bfloat16" if {"avx512_bf16", "amx_bf16"} & set(flags) else "float32"
+    """What ``dtype="auto"`` means on ``device``: :func:`r3l_learn.device.native_dtype`."""
+    return native_dtype(device)
 
 
 class HFPolicy(HFTokenizerIO):
@@ -63,12 +57,10 @@ class HFPolicy(HFTokenizerIO):
         cls, name_or_path: str | Path, *, dtype: str = "auto", device: str = "cpu", max_context: int | None = None
     ) -> HFPolicy:
         """Load a local HF folder or an embedded model name (see :func:`r3l_learn.models.resolve_model`).
-        ``dtype`` is ``"auto"`` (see :func:`auto_dtype`), ``"float32"`` or ``"bfloat16"``."""
+        ``dtype`` is ``"auto"`` (bf16 where native, see :mod:`r3l_learn.device`), ``"float32"`` or ``"bfloat16"``."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        dtype = auto_dtype(device) if dtype == "auto" else dtype
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+        dtype = resolve_dtype(dtype, device)
         folder = resolve_model(name_or_path)
         tokenizer = AutoTokenizer.from_pretrained(folder)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=_DTYPES[dtype]).to(device)

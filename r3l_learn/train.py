@@ -19,13 +19,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-import r3l_envs
 from r3l_learn.algorithms import ABLATIONS, ALGORITHMS, Algorithm, resolve_algorithm
 from r3l_learn.batch import Batch, rows_from_groups
 from r3l_learn.checkpoints import (
@@ -36,9 +35,11 @@ from r3l_learn.checkpoints import (
     save_checkpoint,
     set_rng_state,
 )
+from r3l_learn.cli_args import env_id_problem
 from r3l_learn.collect import Collector, make_collector
+from r3l_learn.device import native_dtype, resolve_autocast
 from r3l_learn.errors import R3LLearnError
-from r3l_learn.evaluate import EvalSummary, evaluate, load_policy
+from r3l_learn.evaluate import BACKENDS, EvalSummary, evaluate, load_policy
 from r3l_learn.logprobs import sequence_logprobs
 from r3l_learn.losses import AGGREGATIONS, KL_ESTIMATORS
 from r3l_learn.metrics import MetricsLogger, plot_metrics, read_metrics, summary_lines
@@ -63,71 +64,95 @@ class TrainingDivergedError(R3LLearnError):
     """Too many consecutive steps had a non-finite loss or gradient."""
 
 
+def _f(default: Any, help: str, **argparse_kwargs: Any) -> Any:
+    """A config field with its ``r3l train --help`` text (and any ``choices`` or ``aliases`` for the flag)."""
+    return field(default=default, metadata={"help": help, **argparse_kwargs})
+
+
+_PAPER = "the R³L paper, arXiv 2601.03715"
+
+
 @dataclass
 class TrainConfig:
-    """Everything a training run depends on (saved in every checkpoint; ``r3l train --help`` lists it)."""
+    """Everything a training run depends on (saved in every checkpoint; ``r3l train --help`` lists it).
+
+    Each field's help, choices and flag aliases live in its metadata, which ``r3l train`` turns into flags with
+    ``transformers.HfArgumentParser``.
+    """
 
     # what to train, on what
-    env: str = "r3l/Countdown-v0"  # a registered env id
-    env_kwargs: dict[str, Any] = field(default_factory=dict)  # gym.make kwargs for train and eval envs
-    train_split: str = "train"  # the split tasks are drawn from (in a seeded order, epoch after epoch)
-    eval_split: str = "test"  # the held-out split of the periodic evals
-    model: str = DEFAULT_MODEL  # an embedded model name, a local HF folder, or "tiny-random"
-    algo: str = "r3l"  # one of r3l_learn.algorithms.ALGORITHMS
-    ablations: tuple[str, ...] = ()  # r3l only: no_pivot_credit, no_amplification, no_reflect_retry
-    reflector: str = "self"  # "self" (the paper), "oracle" (privileged env knowledge), or a model name/folder
+    env: str = _f("r3l/Countdown-v0", "a registered env id (`r3l envs` lists them)")
+    env_kwargs: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "gym.make kwargs for train and eval envs", "metavar": "KEY=VALUE"}
+    )
+    train_split: str = _f("train", "the split tasks are drawn from (in a seeded order, epoch after epoch)")
+    eval_split: str = _f("test", "the held-out split of the periodic evals")
+    model: str = _f(DEFAULT_MODEL, 'an embedded model name, a local HF folder, or "tiny-random"')
+    algo: str = _f("r3l", "the learning algorithm (r3l_learn/algorithms.py)", choices=tuple(sorted(ALGORITHMS)))
+    ablations: tuple[str, ...] = _f((), "r3l only: parts of R³L to switch off", choices=tuple(sorted(ABLATIONS)))
+    reflector: str = _f(
+        "self", 'who reflects: "self" (the paper), "oracle" (privileged env knowledge), or a model name/folder'
+    )
     # sampling budget: every algorithm samples group_size trajectories per task (r3l: N/2 bases + retries + fill)
-    steps: int = 20  # optimiser steps; each collects tasks_per_step groups
-    tasks_per_step: int = 4  # groups (tasks) per step; the paper uses 96
-    group_size: int = 8  # N; R3L.md §1
-    fill: bool = True  # top r3l groups up to N with extra bases, so budgets are equal across algorithms
-    temperature: float = 1.0  # R3L.md §4
-    max_new_tokens: int = 256  # per agent turn
-    max_turns: int | None = None  # None: the env's own limit
-    actions: str = "free"  # "free" text, or "constrained" (choose among admissible actions by likelihood)
+    steps: int = _f(20, "optimiser steps; each collects --tasks-per-step groups")
+    tasks_per_step: int = _f(4, "groups (tasks) per step; the paper uses 96")
+    group_size: int = _f(8, "N, trajectories per task (the paper's 8); even for r3l")
+    fill: bool = _f(True, "top r3l groups up to N with extra bases, so budgets are equal across algorithms")
+    temperature: float = _f(1.0, f"sampling temperature of training rollouts ({_PAPER}: 1.0)")
+    max_new_tokens: int = _f(256, "new tokens per agent turn")
+    max_turns: int | None = _f(None, "turns per episode; None: the env's own limit")
+    actions: Literal["free", "constrained"] = _f(
+        "free", "free text, or constrained: choose among the env's admissible actions by likelihood"
+    )
     # objective
-    alpha: float = 3.0  # positive amplification; the authors' sweep found 1-5 similar
-    aux_weight: float | None = None  # λ of the auxiliary SFT term; None: α (R3L.md §4)
-    kl_coef: float | None = None  # None: the algorithm's default (0 for r3l, 0.001 for grpo)
-    kl_estimator: str = "k3"  # k1, k2 or k3 (see r3l_learn.losses.kl_penalty)
-    clip: float = 0.2  # ppo_clip's ε
-    aggregation: str = "token_mean"  # or seq_mean; R3L.md §4 uses the token mean
+    alpha: float = _f(3.0, "positive amplification α; the authors' sweep found 1-5 similar")
+    aux_weight: float | None = _f(None, f"λ of the auxiliary SFT term; None: α ({_PAPER})")
+    kl_coef: float | None = _f(None, "KL coefficient; None: the algorithm's default (0 for r3l, 0.001 for grpo)")
+    kl_estimator: str = _f("k3", "KL estimator (r3l_learn.losses.kl_penalty)", choices=KL_ESTIMATORS)
+    clip: float = _f(0.2, "ppo_clip's ε")
+    aggregation: str = _f("token_mean", f"loss aggregation ({_PAPER}: token mean)", choices=AGGREGATIONS)
     # optimiser: small models on CPU need a far higher lr than the paper's 1e-6 for 1.5B models
-    lr: float = 1e-5  # AdamW learning rate
-    weight_decay: float = 0.01  # AdamW, as the paper
-    grad_clip: float = 1.0  # max global gradient norm
-    micro_batch_size: int = 4  # rows per forward/backward; the loss is independent of it
+    lr: float = _f(1e-5, "AdamW learning rate (the paper's 1e-6 is for 1.5B models; small CPU models need more)")
+    weight_decay: float = _f(0.01, "AdamW weight decay, as the paper")
+    grad_clip: float = _f(1.0, "max global gradient norm")
+    micro_batch_size: int = _f(4, "rows per forward/backward; the loss is independent of it")
     # efficiency
-    device: str = "cpu"  # "cpu" or "cuda[:i]"
-    rollout_backend: str = "hf"  # "hf": rollouts share the trained model; "vllm": a vLLM engine gets each update
-    dtype: str = "float32"  # weights; "auto" picks bf16 where the device computes it natively
-    autocast: str = "off"  # "bf16": bf16 autocast for training and rollouts (fp32 master weights)
-    gradient_checkpointing: bool = False
-    lora_rank: int = 0  # > 0: train LoRA adapters of this rank instead of every weight (needs peft)
-    lora_alpha: float = 16.0  # LoRA scaling numerator
-    logprob_chunk: int = 1024  # LM-head positions per chunk
+    device: str = _f("cpu", '"cpu" or "cuda[:i]"')
+    rollout_backend: str = _f(
+        "hf", "hf: rollouts share the trained model; vllm: a vLLM engine gets each update", choices=BACKENDS
+    )
+    dtype: Literal["float32", "bfloat16", "auto"] = _f(
+        "float32", "weights (fp32 master weights train best; compute precision is --autocast); auto: bf16 where native"
+    )
+    autocast: Literal["auto", "off", "bf16"] = _f(
+        "auto", "bf16 autocast for training and rollouts; auto: bf16 only where the device computes it natively"
+    )
+    gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (less memory)")
+    lora_rank: int = _f(0, "> 0: train LoRA adapters of this rank instead of every weight (needs peft)")
+    lora_alpha: float = _f(16.0, "LoRA scaling numerator")
+    logprob_chunk: int = _f(1024, "LM-head positions per chunk")
     # evaluation (held-out split, fixed temperature)
-    eval_every: int = 10  # steps between evals; 0: only before and after training
-    eval_episodes: int = 16  # held-out episodes per eval (the same ones each time); 0: no evals
-    eval_temperature: float = 0.4  # R3L.md §4
-    eval_before: bool = True  # evaluate the initial model (off: a sweep that evaluated it once for all its runs)
-    eval_batch_size: int = 8  # eval episodes played together
+    eval_every: int = _f(10, "steps between evals; 0: only before and after training")
+    eval_episodes: int = _f(16, "held-out episodes per eval (the same ones each time); 0: no evals")
+    eval_temperature: float = _f(0.4, f"sampling temperature of evals ({_PAPER}: 0.4)")
+    eval_before: bool = _f(True, "evaluate the initial model (off: a sweep that evaluated it once for all its runs)")
+    eval_batch_size: int = _f(8, "eval episodes played together")
     # the run
-    out_dir: str = "runs/r3l"  # metrics, checkpoints, plots, summary and the final model go here
-    seed: int = 0  # seeds task order, sampling and the initial weights of tiny-random
-    checkpoint_every: int = 10  # 0: only at the end and on Ctrl-C
-    keep_checkpoints: int = 2  # newest checkpoints kept on disk
-    max_bad_steps: int = 3  # consecutive non-finite steps before giving up
-    save_final: bool = True  # write the trained model (or adapters) to out_dir/final
-    tensorboard: bool = True  # also log to out_dir/tensorboard (needs the tensorboard package)
-    progress: bool = True  # a progress bar with live reward and success
+    out_dir: str = _f("runs/r3l", "metrics, checkpoints, plots, summary and the final model go here", aliases=["--out"])
+    seed: int = _f(0, "seeds task order, sampling and the initial weights of tiny-random")
+    checkpoint_every: int = _f(10, "steps between checkpoints; 0: only at the end and on Ctrl-C")
+    keep_checkpoints: int = _f(2, "newest checkpoints kept on disk")
+    max_bad_steps: int = _f(3, "consecutive non-finite steps before giving up")
+    save_final: bool = _f(True, "write the trained model (or adapters) to out_dir/final")
+    tensorboard: bool = _f(True, "also log to out_dir/tensorboard (needs the tensorboard package)")
+    progress: bool = _f(True, "a progress bar with live reward and success")
 
     def __post_init__(self) -> None:
         self.ablations = tuple(self.ablations)
         problems = []
-        if self.env not in gym.registry:
-            close = [e for e in r3l_envs.list_envs() if self.env.lower().split("/")[-1][:4] in e.lower()]
-            problems.append(f"env {self.env!r} is not registered; did you mean one of {close or r3l_envs.list_envs()}?")
+        env_problem = env_id_problem(self.env)
+        if env_problem:
+            problems.append(env_problem)
         if self.algo not in ALGORITHMS:
             problems.append(f"algo must be one of {sorted(ALGORITHMS)}, got {self.algo!r}")
         if self.ablations and self.algo != "r3l":
@@ -147,12 +172,14 @@ class TrainConfig:
             problems.append(f"lr must be > 0, got {self.lr}")
         if self.actions not in ("free", "constrained"):
             problems.append(f"actions must be 'free' or 'constrained', got {self.actions!r}")
-        if self.rollout_backend not in ("hf", "vllm"):
-            problems.append(f"rollout_backend must be 'hf' or 'vllm', got {self.rollout_backend!r}")
+        if self.rollout_backend not in BACKENDS:
+            problems.append(f"rollout_backend must be one of {BACKENDS}, got {self.rollout_backend!r}")
         if self.rollout_backend == "vllm" and (self.lora_rank or not self.device.startswith("cuda")):
             problems.append("rollout_backend='vllm' needs --device cuda and full fine-tuning (no --lora-rank)")
-        if self.autocast not in ("off", "bf16"):
-            problems.append(f"autocast must be 'off' or 'bf16', got {self.autocast!r}")
+        if self.autocast not in ("auto", "off", "bf16"):
+            problems.append(f"autocast must be 'auto', 'off' or 'bf16', got {self.autocast!r}")
+        if self.dtype not in ("float32", "bfloat16", "auto"):
+            problems.append(f"dtype must be 'float32', 'bfloat16' or 'auto', got {self.dtype!r}")
         if self.aggregation not in AGGREGATIONS:
             problems.append(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         if self.kl_estimator not in KL_ESTIMATORS:
@@ -180,6 +207,7 @@ class TrainResult:
     last_metrics: dict[str, Any]
     out_dir: Path
     interrupted: bool = False
+    already_finished: bool = False  # a --resume of a run that had done all its steps: nothing was run again
 
 
 # ---------------------------------------------------------------------------------------------- the data
@@ -267,7 +295,7 @@ def _rollout_policy(config: TrainConfig, policy: Any) -> Any:
         return policy
     from r3l_learn.vllm_policy import VLLMPolicy
 
-    engine = VLLMPolicy(config.model, dtype="bfloat16", seed=config.seed, gpu_memory_utilization=0.4)
+    engine = VLLMPolicy(config.model, dtype=native_dtype(config.device), seed=config.seed, gpu_memory_utilization=0.4)
     engine.update_weights(policy.model.state_dict())  # start from the trained model's weights (resume, dtype)
     return engine
 
@@ -404,7 +432,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> TrainResult:
         kl_estimator=config.kl_estimator,
         chunk_size=config.logprob_chunk,
     )
-    autocast = torch.bfloat16 if config.autocast == "bf16" else None
+    autocast = torch.bfloat16 if resolve_autocast(config.autocast, config.device) == "bf16" else None
 
     torch.manual_seed(config.seed)
     policy = _load_policy(config)
@@ -421,6 +449,8 @@ def train(config: TrainConfig, *, resume: bool = False) -> TrainResult:
     start, eval_before = 0, None
     if resume:
         start, eval_before = _resume(config, model, optimizer, stream)
+        if start >= config.steps:
+            return _already_finished(config, start, eval_before)
     elif (out / "checkpoints").is_dir() and latest_checkpoint(out / "checkpoints"):
         raise ResumeError(f"{out} already holds checkpoints: pass --resume to continue, or choose another --out-dir")
     out.mkdir(parents=True, exist_ok=True)
@@ -555,8 +585,35 @@ def _resume(config: TrainConfig, model: Any, optimizer: Any, stream: TaskStream)
     return step, EvalSummary(**before) if before else None
 
 
+def _already_finished(config: TrainConfig, step: int, before: EvalSummary | None) -> TrainResult:
+    """A resumed run whose checkpoint is at (or past) ``config.steps``: say so, and reuse the recorded final eval
+    instead of running it again (raise ``--steps`` to train further)."""
+    out = Path(config.out_dir)
+    recorded = out / _EVALS
+    after = None
+    if recorded.is_file():
+        data = json.loads(recorded.read_text(encoding="utf-8"))
+        after = EvalSummary(**data["after"]) if data.get("after") else None
+        before = EvalSummary(**data["before"]) if data.get("before") else before
+    logger.warning(
+        "%s already finished (checkpoint at step %d of %d): nothing to train, and the final eval is %s; "
+        "raise --steps to train further",
+        out,
+        step,
+        config.steps,
+        "the recorded one, not redone" if after else "not redone (none was recorded)",
+    )
+    return TrainResult(step, before, after, {}, out, already_finished=True)
+
+
+#: the evals before and after training, as JSON, in the run directory (read back by a resume of a finished run)
+_EVALS = "evals.json"
+
+
 def _report(out: Path, before: EvalSummary | None, after: EvalSummary | None) -> None:
     """The end-of-run summary: a table of the main curves, PNG plots, and eval before → after."""
+    evals = {"before": asdict(before) if before else None, "after": asdict(after) if after else None}
+    (out / _EVALS).write_text(json.dumps(evals, indent=2) + "\n", encoding="utf-8")
     records = read_metrics(out / "metrics.jsonl")
     keys = [
         "train/reward",

@@ -1,92 +1,110 @@
 """``r3l train``: every :class:`r3l_learn.train.TrainConfig` field as a flag, on top of an optional preset.
 
-Precedence: the config's defaults < ``--preset`` < the run's saved ``config.json`` (with ``--resume``) < flags
-given on the command line. Flag help comes from the comments on the config's fields, so it cannot drift.
+The flags come from the config dataclass through ``transformers.HfArgumentParser`` (types, ``Optional``,
+``Literal`` choices, ``--x/--no-x`` for booleans, aliases); each field's help and choices live in its metadata,
+so the help cannot drift from the config. Two additions on top of it:
+
+* the two container fields take several words: ``--env-kwargs KEY=VALUE ...`` and ``--ablations NAME ...``;
+* a flag's default is shown in its help but not filled in, so that the run knows which flags were *given*.
+  Precedence: the config's defaults < ``--preset`` < the run's saved ``config.json`` (with ``--resume``) <
+  flags given on the command line.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import json
-import re
-import types
+import logging
 import typing
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_train_arguments", "config_from_args", "run_train"]
+from transformers import HfArgumentParser
 
-_COMMENT = re.compile(r"^\s+(\w+):[^#]*#\s*(.+)$")
+from r3l_learn.cli_args import key_value, parse_kwargs
 
+__all__ = ["ConfigArgumentParser", "add_train_arguments", "config_from_args", "run_train"]
 
-def _field_help() -> dict[str, str]:
-    from r3l_learn.train import TrainConfig
-
-    found = (_COMMENT.match(line) for line in inspect.getsource(TrainConfig).splitlines())
-    return {m.group(1): m.group(2).replace("%", "%%") for m in found if m}
+logger = logging.getLogger(__name__)
 
 
-def _base_type(hint: Any) -> Any:
-    """``int | None`` -> ``int``; other hints unchanged."""
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        return args[0] if len(args) == 1 else str
-    return hint
+class ConfigArgumentParser(HfArgumentParser):
+    """``HfArgumentParser`` that also takes ``dict`` fields as ``KEY=VALUE`` words and ``tuple`` fields as
+    several words (it parses neither)."""
 
-
-def _optional(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        return None if text.lower() == "none" else kind(text)
-
-    parse.__name__ = kind.__name__
-    return parse
+    @staticmethod
+    def _parse_dataclass_field(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
+        origin = typing.get_origin(field.type)
+        if origin not in (dict, tuple):
+            HfArgumentParser._parse_dataclass_field(parser, field)
+            return
+        kwargs = dict(field.metadata)
+        aliases = kwargs.pop("aliases", [])
+        if origin is dict:
+            kwargs["type"] = key_value
+        options = [f"--{field.name}"] + ([f"--{field.name.replace('_', '-')}"] if "_" in field.name else [])
+        parser.add_argument(*options, *aliases, nargs="*", dest=field.name, **kwargs)
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--preset``, ``--resume``, the ablation shortcuts and one flag per config field."""
+    """Add ``--preset``, ``--resume``, the ablation shortcuts and one flag per config field to ``parser`` (an
+    :class:`ConfigArgumentParser`, e.g. a subparser made with ``parser_class=ConfigArgumentParser``)."""
     from r3l_learn.algorithms import ABLATIONS
     from r3l_learn.presets import PRESETS
     from r3l_learn.train import TrainConfig
 
-    parser.add_argument("--preset", choices=sorted(PRESETS), help="start from a named configuration")
+    if not isinstance(parser, ConfigArgumentParser):
+        raise TypeError(f"add_train_arguments needs a ConfigArgumentParser, got {type(parser).__name__}")
+    parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="start from a named configuration (r3l_learn/presets.py)",
+    )
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out-dir")
-    for flag in ABLATIONS:
+    for flag in sorted(ABLATIONS):
         parser.add_argument(
             f"--{flag.replace('_', '-')}",
             dest=f"ablation_{flag}",
             action="store_true",
             default=argparse.SUPPRESS,
-            help=f"R3L ablation: {flag.replace('_', ' ')}",
+            help=f"shortcut for --ablations {flag}",
         )
-    helps = _field_help()
-    hints = typing.get_type_hints(TrainConfig)
-    for f in dataclasses.fields(TrainConfig):
-        flag, hint = f"--{f.name.replace('_', '-')}", hints[f.name]
-        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": helps.get(f.name)}
-        base = _base_type(hint)
-        if base is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
-        elif f.name == "env_kwargs":
-            parser.add_argument(flag, nargs="*", metavar="KEY=VALUE", **kw)
-        elif f.name == "ablations":
-            parser.add_argument(flag, nargs="*", choices=sorted(ABLATIONS), **kw)
-        elif base in (int, float, str):
-            parser.add_argument(flag, type=_optional(base) if base is not hint else base, **kw)
+    before = len(parser._actions)
+    parser._add_dataclass_arguments(TrainConfig)
+    defaults = {f.name: _default(f) for f in dataclasses.fields(TrainConfig)}
+    for action in parser._actions[before:]:
+        if action.dest not in defaults:
+            continue
+        action.option_strings.sort(key=lambda option: "_" in option)  # usage shows --out-dir, not --out_dir
+        if action.option_strings[0].startswith("--no"):  # the store_false twin of a boolean flag
+            action.help = f"turn --{action.dest.replace('_', '-')} off"
         else:
-            raise TypeError(f"TrainConfig.{f.name}: no command-line form for {hint}")
+            shown = defaults[action.dest]
+            if isinstance(shown, dict):  # containers as they are typed
+                shown = " ".join(f"{k}={v}" for k, v in shown.items()) or "none"
+            elif isinstance(shown, tuple):
+                shown = " ".join(map(str, shown)) or "none"
+            action.help = f"{action.help or ''} (default: {shown})".replace("%", "%%")
+        action.default = argparse.SUPPRESS  # absent from the namespace unless given: presets keep their values
+
+
+def _default(field: dataclasses.Field) -> Any:
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """The :class:`TrainConfig` the flags describe (see the module docstring for precedence)."""
-    from r3l_learn.cli import _parse_kwargs
     from r3l_learn.presets import PRESETS
     from r3l_learn.train import TrainConfig, config_from_dict
 
-    given = {k: v for k, v in vars(args).items() if k in {f.name for f in dataclasses.fields(TrainConfig)}}
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    given = {k: v for k, v in vars(args).items() if k in names}
     if "env_kwargs" in given:
-        given["env_kwargs"] = _parse_kwargs(given["env_kwargs"])
+        given["env_kwargs"] = parse_kwargs(given["env_kwargs"])
     ablations = [k.removeprefix("ablation_") for k, v in vars(args).items() if k.startswith("ablation_") and v]
     if ablations:
         given["ablations"] = sorted(set(given.get("ablations", [])) | set(ablations))
@@ -99,6 +117,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    """``r3l train``: run the configured training and print where it went and how the evals moved."""
     from r3l_learn.train import train
 
     try:
@@ -111,6 +130,11 @@ def run_train(args: argparse.Namespace) -> int:
     if result.interrupted:
         print(f"interrupted after step {result.steps_done}; continue with the same command plus --resume")
         return 130
+    if result.already_finished:
+        print(
+            f"already finished: all {config.steps} steps were done before; nothing was trained and the final eval "
+            "was not run again (raise --steps to train further)"
+        )
     if summary.is_file():
         print(summary.read_text(encoding="utf-8"), end="")
     for label, ev in (("before", result.eval_before), ("after", result.eval_after)):

@@ -12,6 +12,7 @@ from r3l_learn.cli import main
 def test_eval_cli_writes_trajectories(tmp_path, capsys):
     out = tmp_path / "eval.jsonl"
     argv = ["eval", "--env", "r3ltest/Corridor-v0", "--model", "tiny-random", "--episodes", "3", "--batch-size", "2"]
+    argv += ["--actions", "constrained"]
     assert main([*argv, "--split", "valid", "--max-turns", "3", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     for needle in ("3 episodes", "success rate", "mean score", "mean turns", "mean tokens", f"trajectories: {out}"):
