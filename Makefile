@@ -19,10 +19,14 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 # The main job: a short R³L run of the embedded model on an offline TextWorld game (eval before and after). Each run
-# starts afresh in runs/cpu-demo; `r3l demo` is the older, model-free tour of checkpoint/restore.
+# starts afresh in runs/cpu-demo and keeps what a reader needs (summary, metrics, plots, the trained model in final/):
+# the resume checkpoint (weights + AdamW state, 1.6 GB) is removed after a finished run; an interrupted run (Ctrl-C)
+# keeps it for `r3l train --preset cpu-demo --resume`. `r3l tour` is the model-free tour of checkpoint/restore.
 demo: $(VENV)/.installed
 	rm -rf runs/cpu-demo
 	$(BIN)/r3l train --preset cpu-demo
+	rm -rf runs/cpu-demo/checkpoints
+	@du -sh runs/cpu-demo
 
 test: $(VENV)/.installed
 	$(BIN)/ruff check .

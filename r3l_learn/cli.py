@@ -99,6 +99,9 @@ def _eval(args: argparse.Namespace) -> int:
     )
     print("\n".join(summary.lines()))
     print(f"trajectories: {out}")
+    if getattr(summary, "interrupted", False):  # evaluate() stopped on Ctrl-C and kept the finished episodes
+        print(f"r3l eval: interrupted after {summary.episodes} finished episode(s)", file=sys.stderr)
+        return 130
     return 0
 
 

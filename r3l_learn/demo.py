@@ -1,4 +1,5 @@
-"""``r3l demo``: a scripted agent plays offline Countdown episodes, with checkpoint/restore shown.
+"""``r3l tour`` (formerly ``r3l demo``; ``make demo`` is a training run): a scripted agent plays offline
+Countdown episodes, with checkpoint/restore shown. No model is involved.
 
 The agent is honest about what it is: a brute-force solver that first answers wrongly on purpose (so the env's
 feedback is visible), then solves the puzzle by search. Halfway through each episode the env is checkpointed;

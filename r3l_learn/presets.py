@@ -1,9 +1,10 @@
 """Named starting points for ``r3l train --preset NAME`` (explicit flags override them).
 
-``cpu-demo`` is the README's main job: a short R³L run with the embedded SmolLM2 on an offline env, sized for
-2 CPU cores. The ``paper-*`` presets are the R³L paper's settings (R3L.md §4: Qwen2.5-1.5B/7B on 8 GPUs,
-lr 1e-6, 96 tasks × 8 samples per step, 512 new tokens per turn); no such model ships offline, so they need
-``--model /path/to/hf/folder`` and a GPU to be practical.
+``cpu-demo`` is the README's main job (``make demo``): a short R³L run with the embedded SmolLM2 on an offline
+env, sized for 2 CPU cores. The ``paper-*`` presets are the R³L paper's settings (arXiv 2601.03715:
+Qwen2.5-1.5B/7B on 8 GPUs, lr 1e-6, 96 tasks × 8 samples per step, 512 new tokens per turn); no such model ships
+offline, so they need ``--model /path/to/hf/folder`` and a GPU to be practical. No preset sets ``autocast``: its
+default, ``auto``, computes in bf16 exactly where the device does so natively.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval_every": 0,
         "eval_episodes": 16,
         "eval_batch_size": 16,
-        "checkpoint_every": 2,
+        # one checkpoint, at the end (or on Ctrl-C): weights + AdamW state of a 135M model are 1.6 GB each
+        "checkpoint_every": 0,
+        "keep_checkpoints": 1,
         "out_dir": "runs/cpu-demo",
     },
     "paper-alfworld": {**_PAPER, "env": "r3l/ALFWorld-v0", "max_turns": 25},

@@ -83,6 +83,23 @@ def test_resume_refuses_another_configuration_and_a_fresh_run_refuses_old_checkp
         train(_config(tmp_path, steps=2))
 
 
+def test_resuming_a_finished_run_says_so_and_reuses_its_final_eval(tmp_path, caplog):
+    config = _config(tmp_path, steps=1, eval_episodes=2, eval_batch_size=2)
+    done = train(config)
+
+    def evals():
+        return [r["step"] for r in read_metrics(f"{config.out_dir}/metrics.jsonl") if "eval/success_rate" in r]
+
+    before = evals()
+    again = train(config, resume=True)
+    assert again.already_finished and again.steps_done == 1
+    assert evals() == before == [0, 1]  # the final eval was not run (nor logged) again
+    assert again.eval_after == done.eval_after and again.eval_before == done.eval_before
+    assert "already finished" in caplog.text and "not redone" in caplog.text
+    more = train(_config(tmp_path, steps=2, eval_episodes=2, eval_batch_size=2), resume=True)  # --steps raised
+    assert not more.already_finished and more.steps_done == 2 and evals() == [0, 1, 2]
+
+
 def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, monkeypatch):
     real = train_module.accumulate_gradients
 
