@@ -161,3 +161,22 @@ def test_demo_is_now_tour_and_the_old_name_says_so(capsys):
     assert "Solved 1/1" in capsys.readouterr().out
     assert main(["demo", "--episodes", "1"]) == 0
     assert "`r3l demo` is now `r3l tour`" in capsys.readouterr().out
+
+
+def test_readme_opens_with_its_title_then_the_two_commands_and_cites_docs_that_ship():
+    readme = (TESTS.parent / "README.md").read_text(encoding="utf-8")
+    lines = readme.splitlines()
+    assert lines[0] == "# r3l"
+    first_block = readme.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert [line.split()[:2] for line in first_block.strip().splitlines()] == [["make", "demo"], ["make", "test"]]
+    assert "R3L.md" not in readme and "FACTS.md" not in readme
+
+
+def test_make_demo_keeps_one_checkpoint_while_it_runs_and_none_after():
+    from r3l_learn.presets import PRESETS
+
+    demo = PRESETS["cpu-demo"]
+    assert demo["checkpoint_every"] == 0 and demo["keep_checkpoints"] == 1
+    makefile = (TESTS.parent / "Makefile").read_text(encoding="utf-8")
+    recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    assert "r3l train --preset cpu-demo" in recipe and "rm -rf runs/cpu-demo/checkpoints" in recipe
