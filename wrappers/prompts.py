@@ -28,6 +28,8 @@ class PromptTemplate:
         grammar: what an action looks like.
         answer: the answer format (tags) the parser expects.
         list_actions: show ``info["admissible_actions"]`` in each user turn.
+        unusable_cost: what a reply the parser cannot use costs, told with the feedback on one (the turn limit
+            that enforces it is the rollout's: :data:`wrappers.rollout.DEFAULT_MAX_TURNS`).
     """
 
     family: str
@@ -35,6 +37,7 @@ class PromptTemplate:
     grammar: str
     answer: AnswerFormat = field(default_factory=AnswerFormat)
     list_actions: bool = True
+    unusable_cost: str = ""
 
     def system(self) -> str:
         return f"{self.rules}\n\n{self.grammar}\n\n{self.answer.instructions()}"
@@ -56,7 +59,8 @@ class PromptTemplate:
 
     def feedback(self, error: str) -> str:
         """What the agent is told when its reply could not be used (the env was not stepped)."""
-        return f"Your reply could not be used: {error}. {self.answer.instructions()}"
+        cost = f" {self.unusable_cost}" if self.unusable_cost else ""
+        return f"Your reply could not be used: {error}.{cost} {self.answer.instructions()}"
 
     def _observation(self, observation: str, admissible: Sequence[str] | None) -> str:
         if not self.list_actions or not admissible:
@@ -71,7 +75,7 @@ FAMILIES: dict[str, PromptTemplate] = {
         family="math",
         rules=(
             "You solve math problems. You may answer several times: after each answer you are told whether it "
-            "is correct."
+            "is correct. Every reply counts as an attempt, also one without a usable action."
         ),
         # The env's own hint asks for \boxed{} (its format for users who parse replies themselves); the agent
         # answers in the action tag, so the template says which one wins.
@@ -79,6 +83,7 @@ FAMILIES: dict[str, PromptTemplate] = {
             "The action is your final answer only (a number or expression), e.g. <action>42</action>. Put it "
             "inside the action tags instead of \\boxed{} or any other format the problem mentions."
         ),
+        unusable_cost="It used up one of your attempts.",
     ),
     "textgame": PromptTemplate(
         family="textgame",

@@ -38,7 +38,9 @@ logger = logging.getLogger(__name__)
 # An admissible "action" that is a template, e.g. "search[<query>]".
 _SLOT = re.compile(r"<[^<>\s][^<>]*>")
 
-#: Turn limit for envs that declare no ``max_episode_steps`` (math envs end themselves after their attempts).
+#: Turn limit for envs that declare neither ``max_episode_steps`` nor ``max_attempts``. An env with
+#: ``max_attempts`` (the math envs) gets that many turns: every reply is an attempt, and one the parser cannot
+#: use costs one too, as a reply without a final answer does when the env reads it.
 DEFAULT_MAX_TURNS = 30
 
 #: Env calls of one round run in this many threads by default. Env calls mostly wait (a JVM, a replay, C code),
@@ -51,7 +53,7 @@ class RolloutConfig:
     """How episodes are played."""
 
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    max_turns: int | None = None  # None: the env's max_episode_steps, else DEFAULT_MAX_TURNS
+    max_turns: int | None = None  # None: the env's max_episode_steps or max_attempts, else DEFAULT_MAX_TURNS
     history: int | None = None  # keep only the last k turns in the context; None keeps all (one sequence)
     constrained: bool = False  # pick among admissible actions by log-likelihood where the env lists them
     constrained_score: Literal["mean", "sum"] = "mean"  # mean log-prob: summed favours short actions (FACTS.md)
@@ -150,7 +152,8 @@ class AgentEpisode:
         self.template = config.template or template_for(_env_id(env))
         self.system = self.template.system()
         spec = getattr(env, "spec", None)
-        self.max_turns = config.max_turns or (spec.max_episode_steps if spec else None) or DEFAULT_MAX_TURNS
+        limit = (spec.max_episode_steps if spec else None) or getattr(env.unwrapped, "max_attempts", None)
+        self.max_turns = config.max_turns or limit or DEFAULT_MAX_TURNS
         self.done = False
         self._ending: str | None = None  # why the episode ends after the turn being played, once the env said
 

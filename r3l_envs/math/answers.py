@@ -6,7 +6,12 @@ lone surrogates and control characters included). Accepted formats, strongest fi
 1. ``\\boxed{...}`` or ``\\fbox{...}`` with nested braces — the last one wins;
 2. ``<answer>...</answer>`` — the last one wins;
 3. ``#### x`` (GSM8K style) — the rest of the line after the last ``####``;
-4. ``The answer is x`` / ``final answer is x`` / ``Final answer: x`` — the last such line.
+4. ``The answer is x`` / ``final answer is x`` / ``Final answer: x`` — the last such line;
+5. the bare answer: a reply that is one printable line and none of the above is itself the answer.
+
+Format 5 is what an agent's action is (``wrappers`` parses ``<action>56</action>`` and steps the env with ``56``),
+and what a user who calls ``env.step("56")`` means, so the answer the prompt asks for is the answer the env
+grades. A multi-line reply without a marked answer has none: reasoning is not an answer.
 """
 
 from __future__ import annotations
@@ -16,7 +21,10 @@ import re
 __all__ = ["ANSWER_FORMATS", "extract_answer", "extract_boxed", "extract_expression", "strip_math_delimiters"]
 
 #: One line telling an agent which answer formats are understood (used in observations).
-ANSWER_FORMATS = "\\boxed{...}, <answer>...</answer>, a final line '#### ...', or a sentence 'The final answer is ...'"
+ANSWER_FORMATS = (
+    "\\boxed{...}, <answer>...</answer>, a final line '#### ...', a sentence 'The final answer is ...', "
+    "or the answer alone on one line"
+)
 
 _BOX = re.compile(r"\\(?:boxed|fbox)[ \t]*\{")
 _BRACE = re.compile(r"[{}]")
@@ -24,6 +32,7 @@ _OPEN_TAG = re.compile(r"<answer>", re.IGNORECASE)
 _CLOSE_TAG = re.compile(r"</answer>", re.IGNORECASE)
 _HASHES = re.compile(r"####[ \t]*([^\n]*)")
 _SENTENCE = re.compile(r"(?:final answer|the answer)(?:[ \t]+is)?[ \t]*[:=]?[ \t]*([^\n]+)", re.IGNORECASE)
+_MARKER = re.compile(r"\\(?:boxed|fbox)|</?answer>|####", re.IGNORECASE)
 
 
 def extract_boxed(text: str) -> str | None:
@@ -58,6 +67,27 @@ def extract_answer(text: str) -> str | None:
     """
     if not isinstance(text, str):
         return None
+    marked = _marked(text)
+    return marked if marked is not None else _bare(text)
+
+
+def extract_expression(text: str) -> str | None:
+    """An arithmetic expression answer (Countdown): a marked answer (formats 1-4), else the last non-empty line
+    if it holds a digit (a bare expression is such a line)."""
+    if not isinstance(text, str):
+        return None
+    answer = _marked(text)
+    if answer is not None:
+        return answer
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            # prose is not an expression: a last line without a digit means no answer was given
+            return _clean(line) if any(char.isdigit() for char in line) else None
+    return None
+
+
+def _marked(text: str) -> str | None:
+    """The answer in formats 1-4 (a box, an answer tag, ``####``, an answer sentence), else ``None``."""
     for candidate in (extract_boxed(text), _answer_tag(text)):
         if candidate is not None:
             # an <answer> tag may itself hold a box: the box is the answer
@@ -70,19 +100,13 @@ def extract_answer(text: str) -> str | None:
     return None
 
 
-def extract_expression(text: str) -> str | None:
-    """An arithmetic expression answer (Countdown): the boxed/tagged answer, else the last non-empty line
-    if it holds a digit."""
-    answer = extract_answer(text) if isinstance(text, str) else None
-    if answer is not None:
-        return answer
-    if not isinstance(text, str):
+def _bare(text: str) -> str | None:
+    """Format 5: the whole reply when it is one printable line (tabs allowed) that does not try one of formats
+    1-3 and fail at it (an unclosed box or tag, an empty box), else ``None``."""
+    lines = text.strip().splitlines()
+    if len(lines) != 1 or not lines[0].replace("\t", " ").isprintable() or _MARKER.search(lines[0]):
         return None
-    for line in reversed(text.splitlines()):
-        if line.strip():
-            # prose is not an expression: a last line without a digit means no answer was given
-            return _clean(line) if any(char.isdigit() for char in line) else None
-    return None
+    return _clean(lines[0])
 
 
 def strip_math_delimiters(text: str) -> str:

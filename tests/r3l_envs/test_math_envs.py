@@ -45,7 +45,7 @@ def test_solving_on_the_last_attempt(env_id):
         obs, info = env.reset(seed=3)
         assert "\\boxed{}" in obs and info["attempt"] == 0 and info["admissible_actions"] is None
         gold = env.unwrapped.reference_answer()
-        obs, reward, terminated, _, info = env.step("I do not know.")
+        obs, reward, terminated, _, info = env.step("Let me think.\nI do not know.")
         assert (reward, terminated, info["attempt"], info["correct"], info["grading"]) == (
             0.0,
             False,
