@@ -9,6 +9,7 @@ status 130 and a one-line message, a closed pipe (``r3l show ... | head``) quiet
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -144,41 +145,52 @@ def _add_env_arguments(parser: argparse.ArgumentParser, *, required: bool) -> No
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``r3l`` argument parser (every subcommand's help shows defaults and choices)."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``r3l`` argument parser (every subcommand's help shows defaults and choices). ``train``'s flags come
+    from its config, which imports torch: they are built only when ``command`` is ``train`` or ``None`` (all)."""
     from r3l_learn.evaluate import BACKENDS
     from r3l_learn.models import DEFAULT_MODEL
-    from r3l_learn.train_cli import ConfigArgumentParser, add_train_arguments
 
-    parser = ConfigArgumentParser(
-        prog="r3l", description="Reflect-then-Retry RL for LLM agents on text envs.", epilog=_DOCS
+    full = command in (None, "train")
+    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser
+    if full:
+        from r3l_learn.train_cli import ConfigArgumentParser, add_train_arguments
+
+        parser_class = ConfigArgumentParser
+    parser = parser_class(
+        prog="r3l",
+        description="Reflect-then-Retry RL for LLM agents on text envs.",
+        epilog=_DOCS,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_parser = functools.partial(sub.add_parser, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
 
     for name, helptext in (
         ("tour", "a model-free tour: a scripted solver plays offline Countdown, with checkpoint/restore shown"),
         ("demo", "old name of `tour` (`make demo` is a training run)"),
     ):
-        tour = sub.add_parser(name, help=helptext, description=helptext)
+        tour = add_parser(name, help=helptext, description=helptext)
         tour.add_argument("--episodes", type=int, default=3, help="episodes to play")
         tour.add_argument("--seed", type=int, default=0, help="seed of the first episode")
         tour.set_defaults(func=_tour)
 
-    envs = sub.add_parser("envs", help="list the registered environment ids")
+    envs = add_parser("envs", help="list the registered environment ids")
     envs.set_defaults(func=_envs)
 
-    check = sub.add_parser("check", help="run r3l_envs.check_env on an env")
+    check = add_parser("check", help="run r3l_envs.check_env on an env")
     _add_env_arguments(check, required=False)
     check.add_argument("words", nargs="*", metavar="ENV [KEY=VALUE ...]", help="older spelling of --env/--env-kwargs")
     check.set_defaults(func=_check)
 
-    tr = sub.add_parser("train", help="train a policy with R³L or a baseline (--preset cpu-demo: what make demo runs)")
+    tr = add_parser("train", help="train a policy with R³L or a baseline (--preset cpu-demo: what make demo runs)")
     tr.epilog = _DOCS
-    add_train_arguments(tr)
+    if full:
+        add_train_arguments(tr)
     tr.set_defaults(func=_train)
 
-    ev = sub.add_parser("eval", help="evaluate a model on an env; writes the trajectories as JSONL", epilog=_DOCS)
+    ev = add_parser("eval", help="evaluate a model on an env; writes the trajectories as JSONL", epilog=_DOCS)
     _add_env_arguments(ev, required=True)
     ev.add_argument(
         "--model", default=DEFAULT_MODEL, help='an embedded model name, a local HF folder, or "tiny-random"'
@@ -213,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("kwargs", nargs="*", type=key_value, metavar="KEY=VALUE", help="older spelling of --env-kwargs")
     ev.set_defaults(func=_eval)
 
-    show = sub.add_parser("show", help="render trajectories or groups (base beside retry, pivot marked)")
+    show = add_parser("show", help="render trajectories or groups (base beside retry, pivot marked)")
     show.add_argument("path", help="a JSONL file of Trajectories or TrajectoryGroups (wrappers.save_jsonl)")
     show.add_argument("--html", default=None, help="also write the view as a static HTML page here")
     show.add_argument("--limit", type=int, default=None, help="show at most this many groups or trajectories")
@@ -226,7 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the ``r3l`` command line; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    command = next((w for w in words if not w.startswith("-")), None)
+    args = build_parser(command or "").parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         return args.func(args)
