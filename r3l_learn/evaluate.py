@@ -60,10 +60,11 @@ def load_policy(model: str, *, dtype: str = "auto", device: str = "cpu", seed: i
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "vllm":
-        from r3l_learn.device import resolve_dtype
-        from r3l_learn.vllm_policy import VLLMPolicy
+        from r3l_learn.vllm_policy import shared_engine
 
-        return VLLMPolicy(model, dtype=resolve_dtype(dtype, "cuda", what="vLLM"), seed=seed)
+        if model == TINY_RANDOM:
+            raise ValueError(f"{TINY_RANDOM} lives only in memory, vLLM loads folders: use backend='hf'")
+        return shared_engine(model, dtype=dtype, device=device, seed=seed)  # one engine per process, reused
 
     if model == TINY_RANDOM:
         from r3l_learn.models import tiny_model

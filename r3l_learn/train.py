@@ -37,7 +37,7 @@ from r3l_learn.checkpoints import (
 )
 from r3l_learn.cli_args import env_id_problem
 from r3l_learn.collect import Collector, make_collector
-from r3l_learn.device import native_dtype, resolve_autocast
+from r3l_learn.device import resolve_autocast
 from r3l_learn.errors import R3LLearnError
 from r3l_learn.evaluate import BACKENDS, EvalSummary, evaluate, load_policy
 from r3l_learn.logprobs import sequence_logprobs
@@ -174,8 +174,9 @@ class TrainConfig:
             problems.append(f"actions must be 'free' or 'constrained', got {self.actions!r}")
         if self.rollout_backend not in BACKENDS:
             problems.append(f"rollout_backend must be one of {BACKENDS}, got {self.rollout_backend!r}")
-        if self.rollout_backend == "vllm" and (self.lora_rank or not self.device.startswith("cuda")):
-            problems.append("rollout_backend='vllm' needs --device cuda and full fine-tuning (no --lora-rank)")
+        if self.rollout_backend == "vllm" and self.lora_rank:
+            # the engine receives full state dicts; LoRA adapters would have to be merged first (not done)
+            problems.append("rollout_backend='vllm' needs full fine-tuning (no --lora-rank): adapters are not merged")
         if self.autocast not in ("auto", "off", "bf16"):
             problems.append(f"autocast must be 'auto', 'off' or 'bf16', got {self.autocast!r}")
         if self.dtype not in ("float32", "bfloat16", "auto"):
@@ -293,10 +294,15 @@ def _rollout_policy(config: TrainConfig, policy: Any) -> Any:
     """Who plays the episodes: the trained policy itself, or a vLLM engine that receives every update."""
     if config.rollout_backend == "hf":
         return policy
-    from r3l_learn.vllm_policy import VLLMPolicy
+    from r3l_learn.vllm_policy import shared_engine
 
-    engine = VLLMPolicy(config.model, dtype=native_dtype(config.device), seed=config.seed, gpu_memory_utilization=0.4)
-    engine.update_weights(policy.model.state_dict())  # start from the trained model's weights (resume, dtype)
+    # The engine computes in the learner's dtype, so its sampled log-probs are the learner's old log-probs.
+    bf16 = policy.autocast == torch.bfloat16 or policy.model.dtype == torch.bfloat16
+    dtype = "bfloat16" if bf16 else "float32"
+    extra = {"gpu_memory_utilization": 0.4} if config.device.startswith("cuda") else {}
+    engine = shared_engine(config.model, dtype=dtype, device=config.device, seed=config.seed, **extra)
+    engine.update_weights(policy.model.state_dict())  # start from the trained model's weights (resume)
+    logger.info("rollouts on vLLM: engine start %.1f s", engine.start_seconds)
     return engine
 
 

