@@ -1,19 +1,24 @@
-"""Evaluate a policy on an env: batched rollouts, a summary (success, score, turns, tokens), and JSONL output."""
+"""Evaluate a policy on an env: batched rollouts, a summary (success, score, turns, tokens), and JSONL output.
+
+Progress shows within episodes (the turn being generated, tokens so far), and Ctrl-C stops cleanly: the
+episodes finished so far are summarised and written, then :class:`EvaluationInterrupted` is raised.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
-from wrappers import Policy, RolloutConfig, Trajectory, rollout_batch, save_jsonl
+from wrappers import AgentEpisode, Policy, RolloutConfig, Trajectory, rollout_batch, save_jsonl
 
-__all__ = ["EvalSummary", "evaluate", "load_policy"]
+__all__ = ["EvalSummary", "EvaluationInterrupted", "evaluate", "load_policy"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +42,12 @@ class EvalSummary:
     stop_reasons: dict[str, int]
     seconds: float
     tokens_per_second: float
+    interrupted: bool = False  # stopped by Ctrl-C: the aggregates cover the episodes finished before it
 
     def lines(self) -> list[str]:
+        stopped = " (interrupted: the episodes finished before Ctrl-C)" if self.interrupted else ""
         return [
-            f"{self.env_id} [{self.split}]: {self.episodes} episodes in {self.seconds:.1f} s",
+            f"{self.env_id} [{self.split}]: {self.episodes} episodes in {self.seconds:.1f} s{stopped}",
             f"  success rate  {self.success_rate:.3f}",
             f"  mean score    {self.mean_score:.3f}   (mean reward {self.mean_reward:.3f})",
             f"  mean turns    {self.mean_turns:.2f}   (parse errors per turn {self.parse_error_rate:.3f})",
@@ -51,6 +58,18 @@ class EvalSummary:
 
 #: Policy backends of :func:`load_policy` (and of ``--rollout-backend``).
 BACKENDS = ("hf", "vllm")
+
+
+class EvaluationInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`evaluate`, after the finished episodes were summarised (and written to ``out``).
+
+    A :class:`KeyboardInterrupt`, so a caller that does not catch it stops as before; one that does (the CLI)
+    gets ``summary`` (``interrupted=True``) and ``trajectories``, the episodes finished before the interrupt.
+    """
+
+    def __init__(self, summary: EvalSummary, trajectories: list[Trajectory]):
+        super().__init__(f"evaluation interrupted after {len(trajectories)} finished episodes")
+        self.summary, self.trajectories = summary, trajectories
 
 
 def load_policy(model: str, *, dtype: str = "auto", device: str = "cpu", seed: int = 0, backend: str = "hf") -> Policy:
@@ -74,7 +93,9 @@ def load_policy(model: str, *, dtype: str = "auto", device: str = "cpu", seed: i
     return HFPolicy.from_pretrained(model, dtype=dtype, device=device)
 
 
-def _summarise(env_id: str, split: str, trajs: list[Trajectory], seconds: float) -> EvalSummary:
+def _summarise(
+    env_id: str, split: str, trajs: list[Trajectory], seconds: float, interrupted: bool = False
+) -> EvalSummary:
     n = max(len(trajs), 1)
     turns = sum(t.num_turns for t in trajs)
     tokens = sum(t.num_tokens for t in trajs)
@@ -91,6 +112,7 @@ def _summarise(env_id: str, split: str, trajs: list[Trajectory], seconds: float)
         stop_reasons=dict(Counter(t.stop_reason for t in trajs)),
         seconds=seconds,
         tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
+        interrupted=interrupted,
     )
 
 
@@ -108,28 +130,73 @@ def evaluate(
     progress: bool = True,
 ) -> tuple[EvalSummary, list[Trajectory]]:
     """Play ``episodes`` episodes of ``env_id`` (episode i resets with seed ``seed + i``), ``batch_size`` at
-    a time with generation batched across them; optionally write the trajectories to ``out`` (JSONL)."""
+    a time with generation batched across them; optionally write the trajectories to ``out`` (JSONL).
+
+    With ``progress``, a bar counts finished episodes and its postfix says which turn of the current batch is
+    being generated and how many tokens have been, so a slow model shows it is alive. On Ctrl-C the episodes
+    finished so far (those of the interrupted batch included) are summarised and written to ``out``, and
+    :class:`EvaluationInterrupted` (a ``KeyboardInterrupt``) carries them to the caller.
+    """
     from tqdm import tqdm
 
     if episodes < 1 or batch_size < 1:
         raise ValueError(f"episodes and batch_size must be >= 1, got {episodes} and {batch_size}")
     envs = [gym.make(env_id, split=split, **(env_kwargs or {})) for _ in range(min(batch_size, episodes))]
     trajs: list[Trajectory] = []
+    live: list[AgentEpisode] = []  # the running batch's episodes, as of its last round
     start = time.perf_counter()
     try:
         with tqdm(total=episodes, desc=env_id, unit="ep", disable=not progress) as bar:
+            show = _Progress(bar, trajs, live)
             for first in range(0, episodes, len(envs)):
                 k = min(len(envs), episodes - first)
                 seeds = [seed + first + i for i in range(k)]
-                batch = rollout_batch(envs[:k], policy, config, seeds=seeds, seed=seed + first)
+                show.start_batch()
+                batch = rollout_batch(envs[:k], policy, config, seeds=seeds, seed=seed + first, on_round=show)
+                live.clear()
                 trajs.extend(batch)
                 bar.update(k)
-                bar.set_postfix(success=f"{sum(t.won for t in trajs) / len(trajs):.2f}")
+    except KeyboardInterrupt:
+        trajs.extend(ep.trajectory for ep in live if ep.done)
+        summary = _summarise(env_id, split, trajs, time.perf_counter() - start, interrupted=True)
+        logger.warning("interrupted: %d of %d episodes finished", len(trajs), episodes)
+        _write(out, trajs)
+        raise EvaluationInterrupted(summary, trajs) from None
     finally:
         for env in envs:
             env.close()
     summary = _summarise(env_id, split, trajs, time.perf_counter() - start)
+    _write(out, trajs)
+    return summary, trajs
+
+
+def _write(out: str | Path | None, trajs: list[Trajectory]) -> None:
     if out is not None:
         save_jsonl(out, trajs)
         logger.info("wrote %d trajectories to %s", len(trajs), out)
-    return summary, trajs
+
+
+class _Progress:
+    """The bar's postfix, updated after every round of a batch (``rollout_batch(on_round=...)``)."""
+
+    def __init__(self, bar: Any, finished: list[Trajectory], live: list[AgentEpisode]):
+        self.bar, self.finished, self.live = bar, finished, live
+        self.rounds = 0
+
+    def start_batch(self) -> None:
+        self.rounds = 0
+        self._show()
+
+    def __call__(self, episodes: Sequence[AgentEpisode]) -> None:
+        self.live[:] = episodes
+        self.rounds += 1
+        self._show()
+
+    def _show(self) -> None:
+        done = [*self.finished, *(e.trajectory for e in self.live if e.done)]
+        tokens = sum(len(turn.token_ids) for t in self.finished for turn in t.turns)
+        tokens += sum(len(turn.token_ids) for e in self.live for turn in e.trajectory.turns)
+        fields = {"turn": self.rounds + 1, "tokens": tokens}
+        if done:
+            fields["success"] = f"{sum(t.won for t in done) / len(done):.2f}"
+        self.bar.set_postfix(fields)

@@ -14,7 +14,7 @@ import copy
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -459,6 +459,7 @@ def rollout_batch(
     seeds: Sequence[int | None] | None = None,
     task_ids: Sequence[str | None] | None = None,
     seed: int | None = None,
+    on_round: Callable[[Sequence[AgentEpisode]], None] | None = None,
 ) -> list[Trajectory]:
     """Play one episode in each env, generating for all running episodes in one batched call per round.
 
@@ -467,6 +468,7 @@ def rollout_batch(
         config: how to play; defaults to :class:`RolloutConfig()`.
         seeds, task_ids: per-env reset seed and task (``None`` entries draw from the env's RNG).
         seed: seeds sampling; the same seed, envs and policy give the same trajectories.
+        on_round: called with the episodes after every round (see :func:`play`).
     """
     config = config or RolloutConfig()
     n = len(envs)
@@ -475,11 +477,16 @@ def rollout_batch(
     if len(seeds) != n or len(task_ids) != n:
         raise ValueError(f"{n} envs but {len(seeds)} seeds and {len(task_ids)} task ids")
     episodes = AgentEpisode.start_many(envs, policy, config, seeds=seeds, task_ids=task_ids)
-    return play(episodes, policy, config, seed=seed)
+    return play(episodes, policy, config, seed=seed, on_round=on_round)
 
 
 def play(
-    episodes: Sequence[AgentEpisode], policy: Policy, config: RolloutConfig, *, seed: int | None = None
+    episodes: Sequence[AgentEpisode],
+    policy: Policy,
+    config: RolloutConfig,
+    *,
+    seed: int | None = None,
+    on_round: Callable[[Sequence[AgentEpisode]], None] | None = None,
 ) -> list[Trajectory]:
     """Play started episodes (fresh or :meth:`AgentEpisode.resume`-d) to the end, batching generation across
     them; returns their trajectories in order.
@@ -488,6 +495,8 @@ def play(
     envs in ``config.env_workers`` threads (:mod:`wrappers.envops`), tokenising each answer here as it
     arrives. A round waits for its slowest env; the trajectories do not depend on ``env_workers``: a late
     episode never moves to another round's batch, which would change what a seeded batched sampler draws.
+    ``on_round(episodes)``, if given, runs after every round: progress within episodes (turns, tokens, which
+    are done), and the finished trajectories if the caller is interrupted mid-batch.
     """
     _distinct([e.env for e in episodes])
     eot = end_of_turn_id(policy) if config.constrained else None
@@ -536,6 +545,8 @@ def play(
                 stepping += _fill_slots(slotted, policy, config, rseed, eot, ops)
             ops.gather(stepping, then=lambda _, ep: ep._end())
             round_index += 1
+            if on_round is not None:
+                on_round(episodes)
     return [e.trajectory for e in episodes]
 
 
