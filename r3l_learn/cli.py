@@ -87,21 +87,26 @@ def _eval(args: argparse.Namespace) -> int:
     )
     name = args.env.rsplit("/", 1)[-1]
     out = args.out or os.path.join(args.out_dir or ".", f"r3l-eval-{name}-{args.split}.jsonl")
-    summary, _ = evaluate(
-        args.env,
-        policy,
-        episodes=args.episodes,
-        split=args.split,
-        config=config,
-        batch_size=args.batch_size,
-        seed=args.seed,
-        env_kwargs=env_kwargs,
-        out=out,
-    )
+    try:
+        summary, _ = evaluate(
+            args.env,
+            policy,
+            episodes=args.episodes,
+            split=args.split,
+            config=config,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            env_kwargs=env_kwargs,
+            out=out,
+        )
+    except KeyboardInterrupt as stop:  # evaluate() summarises and writes the finished episodes before it re-raises
+        summary = getattr(stop, "summary", None)
+        if summary is None or not summary.episodes:
+            raise
     print("\n".join(summary.lines()))
     print(f"trajectories: {out}")
-    if getattr(summary, "interrupted", False):  # evaluate() stopped on Ctrl-C and kept the finished episodes
-        print(f"r3l eval: interrupted after {summary.episodes} finished episode(s)", file=sys.stderr)
+    if getattr(summary, "interrupted", False):
+        print(f"r3l eval: interrupted; the {summary.episodes} finished episode(s) are in {out}", file=sys.stderr)
         return 130
     return 0
 
