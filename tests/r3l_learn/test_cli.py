@@ -156,6 +156,14 @@ def test_show_a_missing_file_is_one_clear_line(tmp_path):
     assert str(err.value.code) == f"r3l show: no such file: {tmp_path / 'nope.jsonl'}"
 
 
+def test_show_a_file_that_is_not_jsonl_is_one_clear_line(tmp_path):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("these are my notes\n")
+    with pytest.raises(SystemExit) as err:
+        main(["show", str(bad)])
+    assert str(err.value.code).startswith(f"r3l show: cannot read {bad}: ")
+
+
 def test_demo_is_now_tour_and_the_old_name_says_so(capsys):
     assert main(["tour", "--episodes", "1"]) == 0
     assert "Solved 1/1" in capsys.readouterr().out
