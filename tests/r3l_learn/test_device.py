@@ -78,3 +78,22 @@ def test_unknown_values_are_refused():
         device.resolve_dtype("float16")
     with pytest.raises(ValueError, match="autocast must be"):
         device.resolve_autocast("fp8")
+
+
+def test_benchmarks_record_the_cpu_kind(cpu):
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_report", bench / "_report.py")
+        report = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(report)
+    finally:
+        sys.path.remove(str(bench))
+    facts = report.machine()
+    assert facts["cpu_kind"] == device.cpu_kind()
+    assert f"({facts['cpu_kind']})" in report.machine_line(facts)
+    assert ("no native bf16" in facts["cpu_kind"]) == (cpu[0] == "avx2")
