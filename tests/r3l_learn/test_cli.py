@@ -188,3 +188,17 @@ def test_make_demo_keeps_one_checkpoint_while_it_runs_and_none_after():
     makefile = (TESTS.parent / "Makefile").read_text(encoding="utf-8")
     recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
     assert "r3l train --preset cpu-demo" in recipe and "rm -rf runs/cpu-demo/checkpoints" in recipe
+
+
+def test_no_import_circle_between_the_cli_modules():
+    """cli imports train_cli (lazily); train_cli and cli_args never import cli back, not even inside a function."""
+    import ast
+
+    import r3l_learn.cli_args
+    import r3l_learn.train_cli
+
+    for module in (r3l_learn.train_cli, r3l_learn.cli_args):
+        tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert "r3l_learn.cli" not in imported, module.__name__
