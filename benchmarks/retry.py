@@ -160,7 +160,7 @@ def replay_costs(env_id: str, groups, rollout: RolloutConfig, repeats: int) -> d
     pivot_s, scratch_s, restore_s, prefix_s, pivots = [], [], [], [], []
     for group in groups:
         for retry in (t for t in group.trajectories if t.kind == "retry"):
-            base = group.trajectories[retry.metadata["base_index"]]
+            base = group.by_id()[retry.base_id]
             p = retry.pivot
             expected = [(t.action, t.outcome, t.reward) for t in retry.turns]
             replies = [t.response for t in retry.turns]

@@ -4,13 +4,19 @@ Runs on CPU in well under a minute (the point is the data flow, not learning)::
 
     python examples/grpo_with_reflect_retry.py [--steps 2] [--player tiny]
 
-What the wrapper gives, per group (one task): ``trajectories`` (kind ``base`` or ``retry``, ``reward``,
-``pivot``, ``token_ids``, ``loss_mask`` with pivotal credit already applied, generation ``logprobs``) and
-``samples`` (auxiliary SFT sequences with their own ``loss_mask``). Nothing in it is tied to R³L's loss; this
-file chooses GRPO's: group-normalised advantages and a PPO-clipped ratio against the log-probs of the policy
-before the update (recomputed by a forward pass, as many GRPO implementations do; a retry's recorded
-generation log-probs were taken *with* guidance in context, ``metadata["guided_logprobs"]``, so they are not
-the behaviour policy of its guidance-free training sequence anyway).
+What the wrapper gives, per group (one task): ``trajectories`` and ``samples``. A trajectory has ``kind``
+(``base`` or ``retry``), ``reward``, ``pivot``, an ``id`` (a retry names its base by ``base_id``) and its training
+sequence, every array aligned with ``token_ids``: ``agent_mask`` (the tokens the agent generated), ``loss_mask``
+(the ones to train: pivotal credit already applied) and ``behavior_logprobs`` (each agent token's log-prob when
+it was generated). A retry's turns from the pivot on were generated with the guidance in context, which the
+training sequence does not hold: ``guided_mask()`` marks those tokens (``Turn.logprob_context == "guided"``),
+whose recorded log-probs belong to another context. ``samples`` are auxiliary SFT sequences with their own
+``loss_mask``.
+
+Nothing in it is tied to R³L's loss; this file chooses GRPO's: group-normalised advantages and a PPO-clipped
+ratio against the log-probs of the policy before the update. Where the trained model itself generated a token
+from this very sequence, that is the recorded behaviour log-prob; elsewhere (guided tokens, or another policy
+played) a forward pass before the update gives it.
 
 Who plays: a randomly initialised tiny model scores 0 on every Countdown puzzle, so its groups carry no GRPO
 signal at all (try ``--player tiny``). By default the groups are played by a scripted Countdown player that
@@ -32,8 +38,9 @@ from r3l_learn.hf_policy import HFPolicy
 from r3l_learn.models import tiny_model
 from r3l_learn.scripted import ScriptedPolicy
 from wrappers import RolloutConfig, SamplingParams
+from wrappers.data import Trajectory
 from wrappers.oracle import OracleReflector
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig, aggregate_stats
+from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig, beats
 
 logger = logging.getLogger("grpo_example")
 
@@ -52,9 +59,24 @@ def token_logprobs(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
     return torch.log_softmax(logits, -1).gather(-1, x[0, 1:, None])[:, 0]
 
 
+def old_logprobs(model: torch.nn.Module, traj: Trajectory, recorded: bool) -> torch.Tensor:
+    """log π_old(token t | tokens before t) for t ≥ 1, aligned like :func:`token_logprobs`.
+
+    ``recorded``: the trained model played. Then ``behavior_logprobs`` are exactly these on the agent tokens
+    generated from this sequence (``agent_mask`` and not ``guided_mask()``); everywhere else (the guided turns of
+    a retry, tokens another policy generated) a forward pass before the update gives them."""
+    with torch.no_grad():
+        fresh = token_logprobs(model, traj.token_ids)
+    if not recorded:
+        return fresh
+    own = [bool(a) and not g for a, g in zip(traj.agent_mask, traj.guided_mask(), strict=True)]
+    behavior = torch.tensor(traj.behavior_logprobs[1:], dtype=fresh.dtype)
+    return torch.where(torch.tensor(own[1:]), behavior, fresh)
+
+
 def grpo_loss(model, groups, old: dict, clip: float = 0.2, sft_weight: float = 0.1) -> torch.Tensor:
     """Token-mean PPO-clipped GRPO loss over every trajectory, plus an SFT term on the auxiliary samples.
-    ``old`` maps ``id(trajectory)`` to its log-probs under the policy before this update."""
+    ``old`` maps a trajectory's ``id`` to its log-probs under the policy before this update."""
     terms, count = [], 0
     for group in groups:
         for traj, adv in zip(group.trajectories, grpo_advantages(group.rewards), strict=True):
@@ -62,7 +84,7 @@ def grpo_loss(model, groups, old: dict, clip: float = 0.2, sft_weight: float = 0
             if adv == 0 or mask.sum() == 0:
                 continue
             new = token_logprobs(model, traj.token_ids)
-            ratio = torch.exp(new - old[id(traj)])
+            ratio = torch.exp(new - old[traj.id])
             surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
             terms.append(-(surrogate * mask).sum())
             count += int(mask.sum())
@@ -102,8 +124,8 @@ def main() -> None:
         start = time.perf_counter()
         task_ids = [f"countdown-train-{i:06d}" for i in range(step * args.tasks, (step + 1) * args.tasks)]
         groups = collector.collect(task_ids, seed=step)
-        with torch.no_grad():
-            old = {id(t): token_logprobs(model, t.token_ids) for g in groups for t in g.trajectories}
+        trajs = [t for g in groups for t in g.trajectories if t.token_ids]  # none: stopped before a first reply
+        old = {t.id: old_logprobs(model, t, recorded=player is trained) for t in trajs}
         model.train()
         loss = grpo_loss(model, groups, old)
         optimizer.zero_grad()
@@ -111,19 +133,22 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         model.eval()
-        stats = aggregate_stats(groups)
+        # each retry finds its base by id (positions change when a group is filtered or reordered)
+        pairs = [(t, g.by_id()[t.base_id]) for g in groups for t in g.trajectories if t.kind == "retry"]
         kinds = [t.kind for g in groups for t in g.trajectories]
         logger.info(
             "step %d: loss %.4f | %d trajectories (%d retries), %d aux samples | mean reward %.2f | "
-            "retries beat base %s/%s | %.1fs",
+            "retries beat base %d/%d | trained %d of %d agent tokens (pivotal credit) | %.1fs",
             step,
             loss.item(),
             len(kinds),
             kinds.count("retry"),
             sum(len(g.samples) for g in groups),
             statistics.fmean(r for g in groups for r in g.rewards),
-            stats["retries_beat_base"],
-            stats["retries"],
+            sum(beats(retry, base) for retry, base in pairs),
+            len(pairs),
+            sum(sum(t.loss_mask) for t in trajs),
+            sum(sum(t.agent_mask) for t in trajs),
             time.perf_counter() - start,
         )
     collector.close()

@@ -24,8 +24,10 @@ class Row:
 
     Attributes:
         token_ids: the whole sequence (prompt, observations and generated turns).
-        loss_mask: 1 on the tokens this row trains (after pivotal credit, where the group builder applied it).
-        old_logprobs: generation log-probs aligned with ``token_ids`` (0.0 where the mask is 0).
+        loss_mask: 1 on the tokens this row trains: the trajectory's ``loss_mask`` (its agent tokens after
+            pivotal credit, where the group builder applied it), or a sample's target tokens.
+        old_logprobs: the trajectory's ``behavior_logprobs`` aligned with ``token_ids`` (0.0 off the agent tokens;
+            under the guided context on a retry's guided turns, see ``wrappers.data``); 0.0 for samples.
         advantage: the trajectory's advantage (1.0 for auxiliary samples, which are plain SFT targets).
         aux: an auxiliary sample (R³L's ``reflection`` / ``guided_retry``), trained by the SFT term.
         kind: ``base``, ``retry``, ``reflection``, ``guided_retry``, ...
@@ -49,7 +51,8 @@ def rows_from_groups(groups: Sequence[TrajectoryGroup], algorithm: Algorithm, *,
     """Policy rows (every trajectory's sequences with its advantage) followed by the auxiliary rows.
 
     Advantages are computed over each group's trajectories with ``algorithm.advantage``. A trajectory with a
-    windowed history contributes one row per turn, all with the trajectory's advantage.
+    windowed history contributes one row per turn, all with the trajectory's advantage; one stopped before its
+    first reply has no training sequence and no row (it still counts in its group's advantages).
     """
     rewards, index = [], []
     for g, group in enumerate(groups):
@@ -63,8 +66,9 @@ def rows_from_groups(groups: Sequence[TrajectoryGroup], algorithm: Algorithm, *,
     rows, k = [], 0
     for g, group in enumerate(groups):
         for traj in group.trajectories:
-            for ids, mask, logprobs in traj.sequences():
-                rows.append(Row(list(ids), list(mask), list(logprobs), float(adv[k]), kind=traj.kind, group=g))
+            for seq in traj.sequences():
+                ids, mask, old = list(seq.token_ids), list(seq.loss_mask), list(seq.behavior_logprobs)
+                rows.append(Row(ids, mask, old, float(adv[k]), kind=traj.kind, group=g))
             k += 1
     if algorithm.aux_samples:
         for g, group in enumerate(groups):

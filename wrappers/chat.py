@@ -9,10 +9,14 @@ sequence the model produced, and log-probs recomputed over it match the generati
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from wrappers.policy import Generation, Policy, SamplingParams
 
-__all__ = ["ChatSequence", "chat", "end_of_turn_id", "turn_suffix_ids"]
+if TYPE_CHECKING:
+    from wrappers.data import Turn
+
+__all__ = ["ChatSequence", "chat", "end_of_turn_id", "replay", "turn_suffix_ids", "with_guidance"]
 
 # Stands in for assistant content when we ask the template what comes after it. Chosen so that no
 # template would transform it and no real reply contains it.
@@ -48,14 +52,15 @@ def end_of_turn_id(policy: Policy) -> int | None:
 
 
 class ChatSequence:
-    """One growing token sequence with its loss mask and generation log-probs."""
+    """One growing token sequence with its agent mask (1 on generated ids) and their log-probs."""
 
     def __init__(self, policy: Policy, messages: Sequence[dict[str, str]]):
         self.policy = policy
         self.messages: list[dict[str, str]] = [dict(m) for m in messages]
         self.token_ids: list[int] = policy.tokenize(policy.render(self.messages, add_generation_prompt=True))
-        self.loss_mask: list[int] = [0] * len(self.token_ids)
+        self.agent_mask: list[int] = [0] * len(self.token_ids)
         self.logprobs: list[float] = [0.0] * len(self.token_ids)
+        self.spans: list[tuple[int, int]] = []  # [start, end) of each generation, in order
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -66,19 +71,52 @@ class ChatSequence:
             raise ValueError(f"{len(token_ids)} token ids but {len(logprobs)} log-probs")
         start = len(self.token_ids)
         self.token_ids.extend(int(t) for t in token_ids)
-        self.loss_mask.extend([1] * len(token_ids))
+        self.agent_mask.extend([1] * len(token_ids))
         self.logprobs.extend(float(x) for x in logprobs)
         self.messages.append({"role": "assistant", "content": text})
-        return start, len(self.token_ids)
+        self.spans.append((start, len(self.token_ids)))
+        return self.spans[-1]
 
     def add_user(self, content: str) -> None:
         """Close the last assistant turn and append ``content`` as a user turn plus the generation prompt."""
         last = self.token_ids[-1] if self.messages and self.messages[-1]["role"] == "assistant" else None
         ids = turn_suffix_ids(self.policy, content, last)
         self.token_ids.extend(ids)
-        self.loss_mask.extend([0] * len(ids))
+        self.agent_mask.extend([0] * len(ids))
         self.logprobs.extend([0.0] * len(ids))
         self.messages.append({"role": "user", "content": content})
+
+
+def with_guidance(guidance: str | None, user_text: str) -> str:
+    """A user message with a reflection's guidance put before it: how every guided context shows guidance."""
+    return f"{guidance}\n\n{user_text}" if guidance else user_text
+
+
+def replay(
+    policy: Policy,
+    system: str,
+    users: Sequence[str],
+    turns: Sequence[Turn],
+    *,
+    guidance: str | None = None,
+    guided_at: int | None = None,
+) -> ChatSequence:
+    """The chat sequence of recorded turns, from their generated ids (never re-tokenised): the system message,
+    ``users[0]``, the reply of ``turns[0]``, ``users[1]``, ... With ``len(users) == len(turns) + 1`` it ends with
+    a user turn open for the next reply; with ``len(users) == len(turns)`` it ends with the last reply.
+    ``guidance`` goes before ``users[guided_at]`` (a retry's context at its pivot, see :func:`with_guidance`)."""
+    if len(users) not in (len(turns), len(turns) + 1) or not users:
+        raise ValueError(f"{len(users)} user messages for {len(turns)} replies: give one per reply (or one more)")
+
+    def user(i: int) -> str:
+        return with_guidance(guidance, users[i]) if i == guided_at else users[i]
+
+    seq = ChatSequence(policy, [{"role": "system", "content": system}, {"role": "user", "content": user(0)}])
+    for i, turn in enumerate(turns):
+        seq.add_generation(turn.response, turn.token_ids, turn.logprobs)
+        if i + 1 < len(users):
+            seq.add_user(user(i + 1))
+    return seq
 
 
 def chat(policy: Policy, conversations: Sequence[Sequence[dict[str, str]]], params: SamplingParams) -> list[Generation]:

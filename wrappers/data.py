@@ -1,32 +1,79 @@
 """The data model of agent experience: ``Turn``, ``Trajectory``, ``TrajectoryGroup`` and auxiliary ``Sample``.
 
 A trajectory keeps both views a learner may want: the turns as the env saw them (observation, action,
-reward, info) and the exact token sequence the model was trained on (``token_ids`` with a per-token
-``loss_mask`` that is 1 only on tokens the agent generated, and the generation ``logprobs`` aligned with it).
-Everything round-trips losslessly through JSON (checkpoints as base64 of ``Checkpoint.to_bytes()``).
+reward, info) and the exact token sequence to train on, with per-token arrays aligned to ``token_ids``:
+
+- ``agent_mask``: 1 on the tokens the agent generated, 0 on the chat template's and the env's. Never changed
+  after the rollout.
+- ``loss_mask``: 1 on the tokens a learner trains: ``agent_mask``, minus what the group builder chose not to
+  train (R³L's pivotal credit zeroes the turns before a retry's pivot, in the retry and its base).
+- ``behavior_logprobs``: each agent token's log-prob under the policy that generated it, in the context it was
+  generated in (0.0 elsewhere). Each turn names that context (``Turn.logprob_context``): ``"sequence"``, this
+  very sequence (so they are the behaviour policy's log-probs for it), or ``"guided"``, the same sequence with a
+  reflection's guidance inserted before the pivot's user message (a retry's turns from its pivot on; the
+  guidance is in ``metadata["guidance"]``, never in the tokens). :meth:`Trajectory.guided_mask` gives it per
+  token, and :meth:`Trajectory.sequences` gives every training sequence with all of these aligned.
+
+The sequence ends with the agent's last reply: the env's answer to it is in ``turns[-1].outcome``, and a user
+turn that would have followed (the prompt that no longer fit, when ``stop_reason == "context_length"``) is not
+part of it, so a stored sequence never exceeds the policy's ``max_context``.
+
+Every trajectory has a stable ``id``; a retry names its base by ``base_id`` (not by position, so filtering or
+reordering a group keeps the link). Everything round-trips losslessly through JSON (checkpoints as base64 of
+``Checkpoint.to_bytes()``); every record carries the format ``version`` (:data:`FORMAT_VERSION`) and files of
+older versions are upgraded as they are read.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from r3l_envs.checkpoint import Checkpoint
 
 __all__ = [
+    "FORMAT_VERSION",
+    "LOGPROB_CONTEXTS",
+    "DataFormatError",
     "Sample",
+    "TrainingSequence",
     "Trajectory",
     "TrajectoryGroup",
     "Turn",
     "load_jsonl",
+    "new_id",
     "save_jsonl",
     "to_dataset",
 ]
+
+#: The version of the records this code writes (each record's ``version`` field). 1: before issue 19 (no
+#: version field; ``logprobs``, ``loss_mask`` overwritten by pivotal credit, ``metadata["base_index"]``).
+#: 2: ``id``/``base_id``, ``agent_mask`` beside ``loss_mask``, ``behavior_logprobs`` with each turn's
+#: ``logprob_context``, sequences that end with the last reply. Older records are upgraded on reading.
+FORMAT_VERSION = 2
+
+#: What ``Turn.logprob_context`` may say: the context the turn's log-probs were generated under.
+LOGPROB_CONTEXTS = ("sequence", "guided")
+
+
+class DataFormatError(ValueError):
+    """A record that this version cannot read: not JSON, an unknown type or version, or missing fields."""
+
+
+def new_id(*parts: Any) -> str:
+    """A trajectory id (32 hex digits): a digest of ``parts`` when they determine the trajectory (a seeded run
+    gives the same ids again), a random one when they do not (any part is ``None``, or none are given)."""
+    if not parts or any(p is None for p in parts):
+        return uuid.uuid4().hex
+    text = json.dumps(parts, ensure_ascii=True, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:32]
 
 
 @dataclass
@@ -44,7 +91,11 @@ class Turn:
         parse_error: why parsing failed, or ``None``.
         outcome: the env's observation after the action, or the feedback text when the env was not stepped.
         reward, terminated, truncated, info: the env's answer (``info`` unchanged when not stepped).
-        token_ids, logprobs: the generated ids and their log-probs under the policy's raw distribution.
+        token_ids, logprobs: the generated ids and their log-probs under the policy's raw distribution, in the
+            context named by ``logprob_context``.
+        logprob_context: ``"sequence"`` when the turn was generated from exactly its training context (the
+            trajectory's tokens before ``span``, or ``prompt_ids``), ``"guided"`` when the guidance of a retry
+            was in the context too (the training sequence never holds it).
         finish_reason: ``"stop"`` (end of turn or stop string) or ``"length"``.
         span: ``[start, end)`` of ``token_ids`` inside the trajectory's ``token_ids`` (``None`` when the turn
             had its own prompt, see ``prompt_ids``).
@@ -66,6 +117,7 @@ class Turn:
     info: dict[str, Any] = field(default_factory=dict)
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    logprob_context: str = "sequence"
     finish_reason: str = "stop"
     parse_error: str | None = None
     span: tuple[int, int] | None = None
@@ -87,34 +139,54 @@ class Turn:
         return cls(**data)
 
 
+class TrainingSequence(NamedTuple):
+    """One training sequence of a trajectory, every per-token array aligned with ``token_ids`` (see the module
+    docstring for what each means)."""
+
+    token_ids: list[int]
+    agent_mask: list[int]
+    loss_mask: list[int]
+    behavior_logprobs: list[float]
+    guided_mask: list[int]  # 1 on agent tokens whose behaviour log-probs were taken with guidance in context
+
+
 @dataclass
 class Trajectory:
     """One episode of one task, with its training sequence.
 
     Attributes:
         env_id, task_id, task: where it was played.
+        id: a stable id (32 hex digits; derived from the seeds in a seeded run, random otherwise).
         kind: ``"base"`` for a plain policy rollout; the reflect-retry wrapper adds ``"retry"`` and others.
         pivot: the 0-based turn index a retry restarted from (``None`` for a base).
+        base_id: the ``id`` of the trajectory a retry restarted from (``None`` for a base).
         turns: the agent turns in order.
-        messages: the chat as rendered for the model (system, user, assistant, ...) in the final context.
-        token_ids, loss_mask, logprobs: the training sequence (the policy's generated ids plus the chat
-            template's tokens for every other role), 1/0 per token, and generation log-probs (0.0 where the
-            mask is 0). For windowed histories this holds only the last context; use :meth:`sequences`.
+        messages: the chat of the training sequence (system, user, assistant, ..., ending with the last
+            assistant reply; a trajectory stopped before its first reply keeps its system and first user message
+            and has no tokens).
+        token_ids, agent_mask, loss_mask, behavior_logprobs: the training sequence (the policy's generated ids
+            plus the chat template's tokens for every other role) and its per-token arrays (module docstring).
+            With a windowed history each turn had its own prompt: these hold the last turn's (its
+            ``prompt_ids`` and reply); train on :meth:`sequences`, one per turn.
         reward: the episode's summed reward; won/score: the env's final verdict.
-        stop_reason: ``"terminated"``, ``"truncated"`` (env time limit), ``"max_turns"`` or ``"context_length"``.
-        metadata: free-form (policy name, sampling settings, seed, template...).
+        stop_reason: ``"terminated"``, ``"truncated"`` (env time limit), ``"max_turns"`` or ``"context_length"``
+            (the next prompt plus a reply would not fit the policy's context: that prompt is not stored).
+        metadata: free-form (policy name, sampling settings, seed, template, a retry's ``guidance``...).
     """
 
     env_id: str
     task_id: str
     task: str
+    id: str = field(default_factory=new_id)
     kind: str = "base"
     pivot: int | None = None
+    base_id: str | None = None
     turns: list[Turn] = field(default_factory=list)
     messages: list[dict[str, str]] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
+    agent_mask: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
+    behavior_logprobs: list[float] = field(default_factory=list)
     reward: float = 0.0
     won: bool = False
     score: float = 0.0
@@ -134,16 +206,40 @@ class Trajectory:
     def num_parse_errors(self) -> int:
         return sum(t.parse_error is not None for t in self.turns)
 
-    def sequences(self) -> list[tuple[list[int], list[int], list[float]]]:
-        """Training sequences ``(token_ids, loss_mask, logprobs)``: one for a full-history trajectory, or one
-        per turn (its own prompt + its completion) when the history was windowed."""
-        if not any(t.prompt_ids is not None for t in self.turns):
-            return [(self.token_ids, self.loss_mask, self.logprobs)]
+    @property
+    def windowed(self) -> bool:
+        """Each turn had its own prompt (``history=k``): one training sequence per turn."""
+        return any(t.prompt_ids is not None for t in self.turns)
+
+    def guided_mask(self) -> list[int]:
+        """Per token of ``token_ids``: 1 where the behaviour log-prob was taken with guidance in the context
+        (turns whose ``logprob_context`` is ``"guided"``), 0 elsewhere."""
+        mask = [0] * len(self.token_ids)
+        for turn in self.turns:
+            if turn.logprob_context == "guided" and turn.span is not None:
+                start, end = turn.span
+                mask[start:end] = [1] * (end - start)
+        return mask
+
+    def sequences(self) -> list[TrainingSequence]:
+        """The training sequences: one for a full-history trajectory (none if it has no tokens), or one per turn
+        (its own prompt + its reply) when the history was windowed."""
+        if not self.windowed:
+            if not self.token_ids:
+                return []
+            return [
+                TrainingSequence(
+                    self.token_ids, self.agent_mask, self.loss_mask, self.behavior_logprobs, self.guided_mask()
+                )
+            ]
         out = []
         for t in self.turns:
-            prompt = t.prompt_ids or []
-            ids = list(prompt) + list(t.token_ids)
-            out.append((ids, [0] * len(prompt) + [1] * len(t.token_ids), [0.0] * len(prompt) + list(t.logprobs)))
+            prompt, n = t.prompt_ids or [], len(t.token_ids)
+            mask = [0] * len(prompt) + [1] * n
+            guided = [0] * len(prompt) + [int(t.logprob_context == "guided")] * n
+            out.append(
+                TrainingSequence([*prompt, *t.token_ids], mask, list(mask), [0.0] * len(prompt) + t.logprobs, guided)
+            )
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,11 +247,14 @@ class Trajectory:
         data["turns"] = [t.to_dict() for t in self.turns]
         data["num_turns"] = self.num_turns
         data["num_tokens"] = self.num_tokens
-        return {"type": "trajectory", **data}
+        return {"type": "trajectory", "version": FORMAT_VERSION, **data}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:
-        data = {k: v for k, v in data.items() if k not in ("type", "num_turns", "num_tokens")}
+        """Rebuild from :meth:`to_dict` output of this or an older format version."""
+        if _version(data) == 1:
+            data = _trajectory_from_v1(data, new_id("v1", _digest(data)))
+        data = {k: v for k, v in data.items() if k not in ("type", "version", "num_turns", "num_tokens")}
         data["turns"] = [Turn.from_dict(t) for t in data.get("turns", [])]
         return cls(**data)
 
@@ -172,11 +271,12 @@ class Sample:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "sample", **asdict(self)}
+        return {"type": "sample", "version": FORMAT_VERSION, **asdict(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Sample:
-        return cls(**{k: v for k, v in data.items() if k != "type"})
+        _version(data)  # the sample's fields are the same in every version so far
+        return cls(**{k: v for k, v in data.items() if k not in ("type", "version")})
 
 
 @dataclass
@@ -193,9 +293,14 @@ class TrajectoryGroup:
     def rewards(self) -> list[float]:
         return [t.reward for t in self.trajectories]
 
+    def by_id(self) -> dict[str, Trajectory]:
+        """The group's trajectories by ``id`` (a retry's base is ``group.by_id()[retry.base_id]``)."""
+        return {t.id: t for t in self.trajectories}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "type": "group",
+            "version": FORMAT_VERSION,
             "env_id": self.env_id,
             "task_id": self.task_id,
             "trajectories": [t.to_dict() for t in self.trajectories],
@@ -205,6 +310,9 @@ class TrajectoryGroup:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrajectoryGroup:
+        """Rebuild from :meth:`to_dict` output of this or an older format version."""
+        if _version(data) == 1:
+            data = _group_from_v1(data)
         return cls(
             env_id=data["env_id"],
             task_id=data["task_id"],
@@ -229,6 +337,84 @@ def _decode_checkpoint(text: str | None) -> Checkpoint | None:
     return None if text is None else Checkpoint.from_bytes(base64.b64decode(text))
 
 
+# ---------------------------------------------------------------------------------------------- old versions
+def _version(data: dict[str, Any]) -> int:
+    """A record's format version (1 when it has none), refusing versions newer than this code."""
+    version = data.get("version", 1)
+    if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+        raise DataFormatError(
+            f"{data.get('type', 'record')} of format version {version!r}: this r3l reads versions 1 to "
+            f"{FORMAT_VERSION}; a newer r3l wrote it, upgrade to read it"
+        )
+    return version
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, ensure_ascii=True, sort_keys=True).encode("ascii")).hexdigest()
+
+
+def _group_from_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 group as format 2: ids derived from the record (the same file gives the same ids), and each
+    retry's ``metadata["base_index"]`` (its base's position) turned into ``base_id``."""
+    digest = _digest(data)
+    ids = [new_id("v1", digest, i) for i in range(len(data["trajectories"]))]
+    trajectories = []
+    for i, old in enumerate(data["trajectories"]):
+        traj = _trajectory_from_v1(old, ids[i])
+        index = old.get("metadata", {}).get("base_index")
+        if isinstance(index, int) and 0 <= index < len(ids):
+            traj["base_id"] = ids[index]
+        trajectories.append(traj)
+    samples = [{**s, "version": FORMAT_VERSION} for s in data["samples"]]
+    return {**data, "version": FORMAT_VERSION, "trajectories": trajectories, "samples": samples}
+
+
+def _trajectory_from_v1(data: dict[str, Any], traj_id: str) -> dict[str, Any]:
+    """A format-1 trajectory as format 2 (a new dict; ``data`` is not changed).
+
+    - ``logprobs`` becomes ``behavior_logprobs``; a retry flagged ``metadata["guided_logprobs"]`` (with a
+      guidance) marks its turns from the pivot on ``logprob_context="guided"``, as format 2 records them.
+    - ``agent_mask`` is rebuilt from the turns' spans (``loss_mask`` stays: it was the training mask).
+    - The sequence ends with the last reply: a trailing unanswered user turn is dropped, as format 2 does.
+    - ``metadata["base_index"]`` is dropped here (:func:`_group_from_v1` turns it into ``base_id``).
+    - A windowed-history trajectory keeps format 1's view of its last window (tokens and messages agree); its
+      training sequences (:meth:`Trajectory.sequences`, built from the turns) are the same in both formats.
+    """
+    out = {k: v for k, v in data.items() if k not in ("logprobs", "type", "num_turns", "num_tokens")}
+    meta = dict(data.get("metadata", {}))
+    guided = bool(meta.pop("guided_logprobs", False) and meta.get("guidance")) and data.get("pivot") is not None
+    meta.pop("base_index", None)
+    turns = [dict(t) for t in data.get("turns", [])]
+    for i, turn in enumerate(turns):
+        turn["logprob_context"] = "guided" if guided and i >= data["pivot"] else "sequence"
+    token_ids, loss_mask, logprobs = data["token_ids"], data["loss_mask"], data["logprobs"]
+    messages = list(data.get("messages", []))
+    if any(t.get("prompt_ids") is not None for t in turns):
+        agent_mask = list(loss_mask)  # windowed: no pivotal credit applied, the mask was the agent mask
+    else:
+        end = turns[-1]["span"][1] if turns else 0
+        token_ids, loss_mask, logprobs = token_ids[:end], loss_mask[:end], logprobs[:end]
+        agent_mask = [0] * end
+        for turn in turns:
+            start, stop = turn["span"]
+            agent_mask[start:stop] = [1] * (stop - start)
+        if turns and messages and messages[-1].get("role") == "user":
+            messages = messages[:-1]
+    out.update(
+        id=traj_id,
+        base_id=None,
+        turns=turns,
+        messages=messages,
+        token_ids=token_ids,
+        agent_mask=agent_mask,
+        loss_mask=loss_mask,
+        behavior_logprobs=logprobs,
+        metadata=meta,
+    )
+    return {"type": "trajectory", "version": FORMAT_VERSION, **out}
+
+
+# ---------------------------------------------------------------------------------------------- files
 def save_jsonl(path: str | os.PathLike[str], items: Iterable[Trajectory | TrajectoryGroup | Sample]) -> int:
     """Write one JSON object per line (atomically: a temp file renamed into place). Returns the count."""
     path = Path(path)
@@ -248,23 +434,35 @@ def save_jsonl(path: str | os.PathLike[str], items: Iterable[Trajectory | Trajec
 
 
 def load_jsonl(path: str | os.PathLike[str]) -> Iterator[Trajectory | TrajectoryGroup | Sample]:
-    """Read what :func:`save_jsonl` wrote, rebuilding each object by its ``type`` field."""
+    """Read what :func:`save_jsonl` wrote (this format version or an older one, upgraded), rebuilding each
+    object by its ``type`` field. A line that cannot be read raises :class:`DataFormatError` naming it."""
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue
-            data = json.loads(line)
-            kind = data.get("type")
+            where = f"{path}:{lineno}"
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataFormatError(f"{where}: not a JSON record ({exc})") from exc
+            kind = data.get("type") if isinstance(data, dict) else None
             if kind not in _TYPES:
-                raise ValueError(f"{path}:{lineno}: unknown record type {kind!r}; expected one of {sorted(_TYPES)}")
-            yield _TYPES[kind].from_dict(data)
+                raise DataFormatError(f"{where}: unknown record type {kind!r}; expected one of {sorted(_TYPES)}")
+            try:
+                item = _TYPES[kind].from_dict(data)
+            except DataFormatError as exc:
+                raise DataFormatError(f"{where}: {exc}") from exc
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
+                raise DataFormatError(f"{where}: a {kind} record with missing or unknown fields ({exc!r})") from exc
+            yield item
 
 
 def to_dataset(trajectories: Iterable[Trajectory | TrajectoryGroup]) -> Any:
     """A HF ``datasets.Dataset`` with one row per trajectory (groups are flattened, ``group`` indexes them).
 
-    Columns: env_id, task_id, kind, pivot, group, reward, won, score, num_turns, num_tokens, stop_reason,
-    token_ids, loss_mask, logprobs, messages (JSON text), turns (JSON text).
+    Columns: id, base_id, env_id, task_id, kind, pivot, group, reward, won, score, num_turns, num_tokens,
+    stop_reason, token_ids, agent_mask, loss_mask, behavior_logprobs, guided_mask, messages (JSON text), turns
+    (JSON text). ``wrappers.export`` has the richer export (chat messages as lists, samples, a schema).
     """
     try:
         import datasets
@@ -275,6 +473,8 @@ def to_dataset(trajectories: Iterable[Trajectory | TrajectoryGroup]) -> Any:
         trajs = item.trajectories if isinstance(item, TrajectoryGroup) else [item]
         for t in trajs:
             row = {
+                "id": t.id,
+                "base_id": t.base_id,
                 "env_id": t.env_id,
                 "task_id": t.task_id,
                 "kind": t.kind,
@@ -287,8 +487,10 @@ def to_dataset(trajectories: Iterable[Trajectory | TrajectoryGroup]) -> Any:
                 "num_tokens": t.num_tokens,
                 "stop_reason": t.stop_reason,
                 "token_ids": t.token_ids,
+                "agent_mask": t.agent_mask,
                 "loss_mask": t.loss_mask,
-                "logprobs": t.logprobs,
+                "behavior_logprobs": t.behavior_logprobs,
+                "guided_mask": t.guided_mask(),
                 "messages": json.dumps(t.messages, ensure_ascii=True),
                 "turns": json.dumps([turn.to_dict() for turn in t.turns], ensure_ascii=True),
             }

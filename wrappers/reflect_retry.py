@@ -9,10 +9,10 @@
    from the checkpoint the base took before turn ``p`` (native restore or verified replay — the prefix is
    never regenerated), the guidance goes into the generation context only, and the policy plays the retry
    suffix. All retries are batched together; their restores run concurrently.
-4. The retry is the *distilled* trajectory (``kind="retry"``): its tokens up to the pivot are the base's,
-   token-identical; the guidance is not in it; the pivot's observation appears once.
+4. The retry is the *distilled* trajectory (``kind="retry"``, ``base_id`` = its base's ``id``): its tokens up
+   to the pivot are the base's, token-identical; the guidance is not in it; the pivot's observation appears once.
 5. Pivotal credit (§2): for a base that got a retry and for the retry, agent tokens of turns ``< p`` get loss
-   mask 0. Bases without a retry keep all their agent tokens.
+   mask 0 (``agent_mask`` keeps them). Bases without a retry keep all their agent tokens.
 6. Auxiliary samples (``reflection`` and ``guided_retry``) only when the retry verifiably beat its base
    (§1.6): retry reward ≥ ``success_threshold`` and (retry reward > base reward, or equal reward in fewer
    turns).
@@ -24,10 +24,11 @@ per round across every task's episodes; env calls (reset, restore, step, checkpo
 groups are bit-identical whatever ``env_workers`` is. ``max_envs`` caps the env instances (one per episode
 otherwise) by collecting in waves.
 
-A group carries what a learner needs and nothing tied to R³L's loss: rewards, kinds, pivots, masks, token
-ids, generation log-probs (a retry's suffix log-probs were taken *with* the guidance in context — they are
-off-policy for the distilled sequence, ``metadata["guided_logprobs"]``), auxiliary samples, and
-``metadata["stats"]``. See ``examples/grpo_with_reflect_retry.py`` for a user's own GRPO consuming them.
+A group carries what a learner needs and nothing tied to R³L's loss: rewards, kinds, pivots, ids and base
+links, agent and loss masks, token ids, behaviour log-probs (a retry's turns from the pivot on were generated
+*with* the guidance in context, ``Turn.logprob_context == "guided"``: off-policy for the distilled sequence),
+auxiliary samples, and ``metadata["stats"]``. See ``examples/grpo_with_reflect_retry.py`` for a user's own GRPO
+consuming them. Ids are derived from ``seed`` (the same collect gives the same ids, whatever the waves).
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from wrappers.chat import ChatSequence
-from wrappers.data import Sample, Trajectory, TrajectoryGroup
+from wrappers.chat import replay
+from wrappers.data import Sample, Trajectory, TrajectoryGroup, new_id
 from wrappers.envops import EnvPool
 from wrappers.policy import Policy, SamplingParams
 from wrappers.reflection import Reflection, ReflectionRequest, Reflector
@@ -106,8 +107,8 @@ def beats(retry: Trajectory, base: Trajectory, success_threshold: float = 1.0) -
 
 
 def pivotal_mask(traj: Trajectory, pivot: int) -> list[int]:
-    """``traj.loss_mask`` with the agent tokens of turns before ``pivot`` set to 0 (R3L.md §2)."""
-    mask = list(traj.loss_mask)
+    """``traj.agent_mask`` with the agent tokens of turns before ``pivot`` set to 0 (R3L.md §2)."""
+    mask = list(traj.agent_mask)
     for turn in traj.turns[:pivot]:
         if turn.span is None:
             raise ValueError("pivotal credit needs full-history trajectories (every turn has a span)")
@@ -183,8 +184,6 @@ class ReflectRetry:
             if retry is None:
                 continue
             base.metadata["retried"] = True
-            retry.metadata["base_index"] = len(groups[g].trajectories) - 1
-            retry.metadata["guided_logprobs"] = True
             won = beats(retry, base, cfg.success_threshold)
             retry.metadata["beat_base"] = won
             stats[g].retry(retry, won, cfg.success_threshold)
@@ -236,8 +235,10 @@ class ReflectRetry:
             envs, self.policy, self._rollout, seeds=seeds, task_ids=[task for _, task in jobs]
         )
         trajs = play(episodes, self.policy, self._rollout, seed=_mix(seed, phase, wave))
-        for t in trajs:
+        for i, t in enumerate(trajs):
             t.kind = "base"
+            if seed is not None:  # by the job, not the wave: the same ids whatever max_envs is
+                t.id = new_id("reflect-retry", seed, phase, first + i, t.task_id)
         return trajs
 
     def _retries(
@@ -258,6 +259,7 @@ class ReflectRetry:
         out: list[Trajectory | None] = [None] * len(bases)
         if episodes:
             for i, traj in zip(wanted, play(episodes, self.policy, self._rollout, seed=seed), strict=True):
+                traj.id = new_id("retry", bases[i].id)  # one retry per base: its id follows from the base's
                 out[i] = traj
         return out
 
@@ -304,19 +306,15 @@ class ReflectRetry:
 
     def _guided(self, retry: Trajectory, guidance: str, meta: dict[str, Any]) -> Sample:
         """The retry as it was generated: guidance before the pivot's user turn; only turns >= p are target."""
-        p = retry.pivot
-        shown = [t.prompt_text for t in retry.turns]
-        first = f"{guidance}\n\n{shown[0]}" if p == 0 else shown[0]
-        seq = ChatSequence(self.policy, [retry.messages[0], {"role": "user", "content": first}])
-        for i, turn in enumerate(retry.turns):
-            start = len(seq)
-            seq.add_generation(turn.response, turn.token_ids, turn.logprobs)
-            if i < p:  # the prefix is context, not target (R3L.md §2)
-                seq.loss_mask[start:] = [0] * (len(seq) - start)
-            if i + 1 < len(retry.turns):
-                seq.add_user(f"{guidance}\n\n{shown[i + 1]}" if i + 1 == p else shown[i + 1])
+        p, system = retry.pivot, retry.messages[0]["content"]
+        seq = replay(
+            self.policy, system, [t.prompt_text for t in retry.turns], retry.turns, guidance=guidance, guided_at=p
+        )
+        mask = list(seq.agent_mask)
+        for start, end in seq.spans[:p]:  # the prefix is context, not target (R3L.md §2)
+            mask[start:end] = [0] * (end - start)
         return Sample(
-            kind="guided_retry", token_ids=seq.token_ids, loss_mask=seq.loss_mask, messages=seq.messages, metadata=meta
+            kind="guided_retry", token_ids=seq.token_ids, loss_mask=mask, messages=seq.messages, metadata=meta
         )
 
 

@@ -24,8 +24,8 @@ import gymnasium as gym
 import numpy as np
 
 import r3l_envs
-from wrappers.chat import ChatSequence, end_of_turn_id
-from wrappers.data import Trajectory, Turn
+from wrappers.chat import ChatSequence, end_of_turn_id, replay
+from wrappers.data import Trajectory, Turn, new_id
 from wrappers.envops import EnvOps
 from wrappers.parsing import parse_reply
 from wrappers.policy import Generation, Policy, SamplingParams, describe
@@ -146,6 +146,7 @@ class AgentEpisode:
         self._shown: list[str] = [first]  # the user text of every turn, as the agent saw it
         self._sequence = ChatSequence(self.policy, self._opening(first))
         self._context: ChatSequence | None = None  # a guided generation context, when it differs (resume)
+        self._origin: tuple[Any, ...] = ("reset", seed, self.info["task_id"])  # what fixes the episode, for its id
 
     def _setup(self, env: gym.Env, policy: Policy, config: RolloutConfig) -> None:
         self.env, self.policy, self.config = env, policy, config
@@ -188,8 +189,9 @@ class AgentEpisode:
         the base rollout kept; never by re-asking the model).
 
         The new trajectory's turns before ``pivot`` are the base's, and its token sequence up to the pivot is
-        token-identical to the base's. ``guidance``, if given, is put before the pivot turn's user message
-        in the *generation* context only; the trajectory's training sequence never contains it (R3L.md §1).
+        token-identical to the base's; its ``base_id`` is ``base.id``. ``guidance``, if given, is put before the
+        pivot turn's user message in the *generation* context only; the trajectory's training sequence never
+        contains it (R3L.md §1), and the turns generated under it say so (``logprob_context="guided"``).
         """
         self = cls._resumable(env, policy, config, base, pivot)
         r3l_envs.restore(env, base.turns[pivot].checkpoint)
@@ -246,25 +248,19 @@ class AgentEpisode:
         previous = base.turns[pivot - 1].info if pivot else {"won": False, "score": 0.0}
         self.info = {**previous, "task_id": base.task_id, "task": base.task, "admissible_actions": at.admissible}
         self.trajectory = self._new_trajectory(base.metadata.get("seed"))
-        self.trajectory.kind, self.trajectory.pivot = kind, pivot
+        self.trajectory.kind, self.trajectory.pivot, self.trajectory.base_id = kind, pivot, base.id
         self.trajectory.metadata["guidance"] = guidance
         self.trajectory.turns = [copy.deepcopy(t) for t in base.turns[:pivot]]
         self._shown = [t.prompt_text for t in base.turns[: pivot + 1]]
-        self._sequence = ChatSequence(policy, self._opening(self._shown[0]))
-        for i in range(pivot):
-            self._sequence.add_generation(base.turns[i].response, base.turns[i].token_ids, base.turns[i].logprobs)
-            self._sequence.add_user(self._shown[i + 1])
+        prefix = base.turns[:pivot]
+        self._sequence = replay(policy, self.system, self._shown, prefix)
         if self._sequence.token_ids != base.token_ids[: at.span[0]]:
             raise ValueError("rebuilding the base prefix did not reproduce its tokens: was it made by another policy?")
-        self._context = None
-        if guidance:
-            self._context = ChatSequence(policy, self._opening(self._shown[0]))
-            for i in range(pivot):
-                self._context.add_generation(base.turns[i].response, base.turns[i].token_ids, base.turns[i].logprobs)
-                self._context.add_user(f"{guidance}\n\n{self._shown[i + 1]}" if i + 1 == pivot else self._shown[i + 1])
-            if pivot == 0:
-                self._context = ChatSequence(policy, self._opening(f"{guidance}\n\n{self._shown[0]}"))
+        self._context = (
+            replay(policy, self.system, self._shown, prefix, guidance=guidance, guided_at=pivot) if guidance else None
+        )
         self._checkpoint = at.checkpoint if self.config.keep_checkpoints else None
+        self._origin = ("resume", base.id, pivot, kind, guidance or "")
 
     def _opening(self, first_user: str) -> list[dict[str, str]]:
         return [{"role": "system", "content": self.system}, {"role": "user", "content": first_user}]
@@ -302,22 +298,17 @@ class AgentEpisode:
             return list(self._context.token_ids)
         if self.config.history is None:
             return list(self._sequence.token_ids)
-        return list(self._windowed().token_ids)
+        return list(self._windowed(len(self.trajectory.turns)).token_ids)
 
-    def _windowed(self, *, final: bool = False) -> ChatSequence:
-        """A fresh context of the last ``history`` turns, built from their generated ids (never re-tokenised);
-        ``final`` leaves out the user turn after the last reply (nothing answers it)."""
-        turns = self.trajectory.turns
-        start = max(0, len(turns) - self.config.history)
+    def _windowed(self, turn: int, *, answered: bool = False) -> ChatSequence:
+        """The context of turn ``turn`` with a windowed history: the last ``history`` turns before it, from their
+        generated ids (never re-tokenised), and its user message; ``answered`` appends its own reply."""
+        start = max(0, turn - self.config.history)
         first = (
             self._shown[start] if start == 0 else self.template.resume(self.trajectory.task, self._shown[start], start)
         )
-        seq = ChatSequence(self.policy, self._opening(first))
-        for i in range(start, len(turns)):
-            seq.add_generation(turns[i].response, turns[i].token_ids, turns[i].logprobs)
-            if not (final and i == len(turns) - 1):
-                seq.add_user(self._shown[i + 1])
-        return seq
+        users = [first, *self._shown[start + 1 : turn + 1]]
+        return replay(self.policy, self.system, users, self.trajectory.turns[start : turn + int(answered)])
 
     def fits(self, prompt: Sequence[int], new_tokens: int) -> bool:
         """Context-length guard: does a reply of ``new_tokens`` still fit after ``prompt``?"""
@@ -374,6 +365,7 @@ class AgentEpisode:
             parse_error=error,
             constrained=constrained,
             checkpoint=self._checkpoint,
+            logprob_context="sequence" if self._context is None else "guided",
         )
         if self.config.history is None:
             turn.span = self._sequence.add_generation(gen.text, gen.token_ids, gen.logprobs)
@@ -419,10 +411,22 @@ class AgentEpisode:
                 self._context.add_user(self._shown[-1])
 
     def _finish(self, reason: str) -> None:
+        """Store the training sequence and the verdict. The sequence ends with the last reply: a user turn after
+        it (added for a next turn that did not fit the context) is not stored, so it never exceeds max_context."""
         traj = self.trajectory
-        seq = self._sequence if self.config.history is None else self._windowed(final=True)
-        traj.messages, traj.token_ids = seq.messages, seq.token_ids
-        traj.loss_mask, traj.logprobs = seq.loss_mask, seq.logprobs
+        own = 0  # where the replies generated from this very context start
+        if not traj.turns:  # stopped before a first reply: nothing was generated, nothing to train
+            seq, end = ChatSequence(self.policy, self._opening(self._shown[0])), 0
+        elif self.config.history is None:
+            seq, end = self._sequence, traj.turns[-1].span[1]
+        else:  # the last turn's own context and reply; the earlier replies in it were generated from others
+            seq = self._windowed(len(traj.turns) - 1, answered=True)
+            end, own = len(seq), seq.spans[-1][0]
+        traj.messages = seq.messages[:-1] if traj.turns and seq.messages[-1]["role"] == "user" else seq.messages
+        traj.token_ids = seq.token_ids[:end]
+        traj.agent_mask = [0] * own + seq.agent_mask[own:end]
+        traj.loss_mask = list(traj.agent_mask)
+        traj.behavior_logprobs = [0.0] * own + seq.logprobs[own:end]
         traj.reward = float(sum(t.reward for t in traj.turns))
         traj.won = bool(self.info.get("won", False))
         traj.score = float(self.info.get("score", 0.0))
@@ -499,6 +503,9 @@ def play(
     are done), and the finished trajectories if the caller is interrupted mid-batch.
     """
     _distinct([e.env for e in episodes])
+    if seed is not None:  # a seeded run gives the same ids again; otherwise they stay random
+        for i, ep in enumerate(episodes):
+            ep.trajectory.id = new_id("play", seed, i, *ep._origin)
     eot = end_of_turn_id(policy) if config.constrained else None
     stop = config.sampling.stop + tuple(e.template.answer.stop for e in episodes if config.stop_at_action)
     round_index = 0

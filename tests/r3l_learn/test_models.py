@@ -51,9 +51,9 @@ def _max_logprob_gap(policy, trajectories):
     gap = 0.0
     for t in trajectories:
         recomputed = policy.sequence_logprobs(t.token_ids)
-        for i, m in enumerate(t.loss_mask):
+        for i, m in enumerate(t.agent_mask):
             if m:
-                gap = max(gap, abs(recomputed[i - 1] - t.logprobs[i]))
+                gap = max(gap, abs(recomputed[i - 1] - t.behavior_logprobs[i]))
     return gap
 
 

@@ -72,7 +72,7 @@ def test_r3l_loss_equals_a_hand_computation_on_two_groups_with_masks_and_aux():
     ids = [[1, 10, 11, 12, 13, 2], [1, 20, 21, 22, 2], [1, 30, 31, 32, 33, 34, 2], [1, 40, 41, 2]]
     masks = [[0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1], [0, 1, 1, 0, 1, 1, 0], [0, 1, 1, 1]]  # pivot masks included
     trajs = [
-        Trajectory("e", "t", "", kind=k, reward=r, token_ids=i, loss_mask=m, logprobs=[0.0] * len(i))
+        Trajectory("e", "t", "", kind=k, reward=r, token_ids=i, loss_mask=m, behavior_logprobs=[0.0] * len(i))
         for k, r, i, m in zip(["base", "retry", "base", "base"], [0.0, 1.0, 0.5, 0.0], ids, masks)
     ]
     aux = Sample("guided_retry", token_ids=[1, 50, 51, 52, 2], loss_mask=[0, 0, 1, 1, 1])
@@ -134,7 +134,9 @@ def test_tiny_model_overfits_a_fixed_group():
     for reward in [1.0, 1.0, 0.0, 0.0]:
         ids = [1, *torch.randint(3, 250, (40,), generator=gen).tolist(), 2]
         mask = [0] * 10 + [1] * 32
-        trajs.append(Trajectory("e", "t", "", reward=reward, token_ids=ids, loss_mask=mask, logprobs=[0.0] * 42))
+        trajs.append(
+            Trajectory("e", "t", "", reward=reward, token_ids=ids, loss_mask=mask, behavior_logprobs=[0.0] * 42)
+        )
     rows = rows_from_groups([TrajectoryGroup("e", "t", trajs)], resolve_algorithm("r3l"))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     losses = []
@@ -153,3 +155,32 @@ def test_collate_rejects_misaligned_rows(groups):
     rows[0].loss_mask = rows[0].loss_mask[:-1]
     with pytest.raises(ValueError, match="aligned"):
         collate(rows[:1], pad_id=0)
+
+
+def test_rows_train_the_loss_mask_with_the_behaviour_logprobs(groups):
+    """Policy rows are the trajectories' training sequences: ``loss_mask`` (pivotal credit applied, not the agent
+    mask) and ``behavior_logprobs`` as the old log-probs."""
+    rows = rows_from_groups(groups, resolve_algorithm("r3l"))
+    trajs = [t for g in groups for t in g.trajectories]
+    assert [(r.token_ids, r.loss_mask, r.old_logprobs, r.kind) for r in rows[: len(trajs)]] == [
+        (t.token_ids, t.loss_mask, t.behavior_logprobs, t.kind) for t in trajs
+    ]
+
+
+def test_an_old_format_file_trains_exactly_as_its_fields_say(tmp_path):
+    """A format-1 group (tests/fixtures/data_v1) gives the rows its stored token ids, loss mask and log-probs
+    give: upgrading the file changes no training input."""
+    import json
+    from pathlib import Path
+
+    from wrappers import load_jsonl
+
+    path = Path(__file__).parents[1] / "fixtures" / "data_v1" / "groups_v1.jsonl"
+    raw = json.loads(path.read_text().splitlines()[0])
+    (group,) = [item for item in load_jsonl(path) if isinstance(item, TrajectoryGroup)]
+    rows = rows_from_groups([group], resolve_algorithm("r3l"))
+    policy_rows = [r for r in rows if not r.aux]
+    assert [(r.token_ids, r.loss_mask, r.old_logprobs) for r in policy_rows] == [
+        (t["token_ids"], t["loss_mask"], t["logprobs"]) for t in raw["trajectories"]
+    ]
+    assert [r.token_ids for r in rows if r.aux] == [s["token_ids"] for s in raw["samples"]]

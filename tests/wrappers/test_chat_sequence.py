@@ -2,7 +2,7 @@
 
 import pytest
 
-from wrappers.chat import ChatSequence, end_of_turn_id, turn_suffix_ids
+from wrappers.chat import ChatSequence, end_of_turn_id, replay, turn_suffix_ids, with_guidance
 
 pytest.importorskip("transformers")
 
@@ -32,9 +32,33 @@ def test_sequence_equals_template_of_whole_chat(policy):
     assert seq.token_ids == policy.tokenize(policy.render(chat, add_generation_prompt=True))
     assert seq.messages == chat
     generated = sum(len(policy.tokenize(r)) for r in replies) + 1
-    assert sum(seq.loss_mask) == generated
-    assert [lp for lp, m in zip(seq.logprobs, seq.loss_mask) if m] == [-0.5] * generated
-    assert all(lp == 0.0 for lp, m in zip(seq.logprobs, seq.loss_mask) if not m)
+    assert sum(seq.agent_mask) == generated
+    assert [lp for lp, m in zip(seq.logprobs, seq.agent_mask) if m] == [-0.5] * generated
+    assert all(lp == 0.0 for lp, m in zip(seq.logprobs, seq.agent_mask) if not m)
+    assert [seq.token_ids[a:b] for a, b in seq.spans] == [
+        [*policy.tokenize(replies[0]), eos],
+        policy.tokenize(replies[1]),
+    ]
+
+
+def test_replay_rebuilds_a_chat_from_turns_with_guidance_at_one_user_turn(policy):
+    from wrappers import Turn
+
+    turns = [Turn("o", r, "a", token_ids=[*policy.tokenize(r), policy.eos_token_ids[0]]) for r in ("one", "two")]
+    for t in turns:
+        t.logprobs = [-1.0] * len(t.token_ids)
+    users = ["u0", "u1", "u2"]
+    for at in (0, 1, 2):
+        seq = replay(policy, "sys", users, turns, guidance="HINT", guided_at=at)
+        shown = [m["content"] for m in seq.messages if m["role"] == "user"]
+        assert shown == [with_guidance("HINT", u) if i == at else u for i, u in enumerate(users)]
+        assert seq.messages[-1]["role"] == "user" and len(seq.spans) == 2
+    ended = replay(policy, "sys", users[:2], turns)  # one user message per reply: ends with the last reply
+    assert ended.messages[-1] == {"role": "assistant", "content": "two"}
+    assert ended.token_ids[ended.spans[-1][0] :] == turns[-1].token_ids
+    assert with_guidance(None, "u") == "u" and with_guidance("", "u") == "u"
+    with pytest.raises(ValueError, match="one per reply"):
+        replay(policy, "sys", users[:1], turns)
 
 
 def test_end_of_turn_token(policy):

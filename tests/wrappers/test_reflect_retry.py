@@ -66,7 +66,9 @@ def test_groups_have_bases_and_retries(corridor_groups):
         # base 0 (pivot "2") and base 3 (pivot 99, clamped to the last turn 9) are retried
         assert kinds == [("base", None), ("retry", 2), ("base", None), ("base", None), ("base", None), ("retry", 9)]
         assert all(t.task_id == g.task_id for t in g.trajectories)
-        assert g.trajectories[1].metadata["base_index"] == 0 and g.trajectories[5].metadata["base_index"] == 4
+        ids = [t.id for t in g.trajectories]
+        assert len(set(ids)) == 6 and g.trajectories[1].base_id == ids[0] and g.trajectories[5].base_id == ids[4]
+        assert [t.base_id for t in g.trajectories if t.kind == "base"] == [None] * 4
 
 
 def test_reflection_failures_are_counted_not_raised(corridor_groups):
@@ -83,7 +85,7 @@ def test_distilled_prefix_is_token_identical_and_has_no_guidance(corridor_groups
     policy, groups = corridor_groups
     for g in groups:
         for retry in (t for t in g.trajectories if t.kind == "retry"):
-            base = g.trajectories[retry.metadata["base_index"]]
+            base = g.by_id()[retry.base_id]
             p = retry.pivot
             cut = base.turns[p].span[0]
             assert retry.token_ids[:cut] == base.token_ids[:cut]
@@ -103,7 +105,7 @@ def test_retry_starts_from_the_base_state_at_the_pivot(corridor_groups):
     _, groups = corridor_groups
     for g in groups:
         for retry in (t for t in g.trajectories if t.kind == "retry"):
-            base = g.trajectories[retry.metadata["base_index"]]
+            base = g.by_id()[retry.base_id]
             p = retry.pivot
             env = gym.make("r3ltest/Corridor-v0")
             r3l_envs.restore(env, base.turns[p].checkpoint)
@@ -123,11 +125,41 @@ def expected_mask(traj, pivot):
 def test_masks_follow_pivotal_credit(corridor_groups):
     _, groups = corridor_groups
     for g in groups:
-        retried = {t.metadata["base_index"]: t.pivot for t in g.trajectories if t.kind == "retry"}
-        for i, t in enumerate(g.trajectories):
-            pivot = t.pivot if t.kind == "retry" else retried.get(i)
+        retried = {t.base_id: t.pivot for t in g.trajectories if t.kind == "retry"}
+        for t in g.trajectories:
+            pivot = t.pivot if t.kind == "retry" else retried.get(t.id)
             assert t.loss_mask == expected_mask(t, pivot)
             assert sum(t.loss_mask) == sum(len(turn.token_ids) for turn in t.turns[pivot or 0 :])
+            assert t.agent_mask == expected_mask(t, None)  # pivotal credit leaves the agent mask alone
+
+
+def test_retry_logprobs_name_the_guided_context(corridor_groups):
+    _, groups = corridor_groups
+    for g in groups:
+        for t in g.trajectories:
+            contexts = [turn.logprob_context for turn in t.turns]
+            if t.kind == "base":
+                assert set(contexts) == {"sequence"} and not any(t.guided_mask())
+                continue
+            p = t.pivot
+            assert contexts == ["sequence"] * p + ["guided"] * (t.num_turns - p)
+            assert t.guided_mask() == expected_mask(t, p)  # exactly the agent tokens from the pivot on
+            (seq,) = t.sequences()
+            assert seq.guided_mask == t.guided_mask() and seq.loss_mask == t.loss_mask
+
+
+def test_ids_are_stable_for_a_seed_and_differ_between_seeds():
+    def ids(seed):
+        config = ReflectRetryConfig(group_size=4, rollout=RolloutConfig(max_turns=3))
+        rr = ReflectRetry("r3ltest/Corridor-v0", scripted(walker), PolicyReflector(scripted([diagnosis(1)])), config)
+        (group,) = rr.collect(["corridor-train-000002"], seed=seed)
+        return [(t.id, t.base_id) for t in group.trajectories]
+
+    first = ids(0)
+    assert ids(0) == first and len({i for i, _ in first}) == 4
+    assert {i for i, _ in ids(1)}.isdisjoint({i for i, _ in first})
+    unseeded = ids(None)
+    assert {i for i, _ in unseeded}.isdisjoint({i for i, _ in ids(None)})  # random, not colliding
 
 
 def test_aux_samples_only_when_the_retry_beat_its_base(corridor_groups):
@@ -135,7 +167,7 @@ def test_aux_samples_only_when_the_retry_beat_its_base(corridor_groups):
     for g in groups:
         won = [t for t in g.trajectories if t.kind == "retry" and t.metadata["beat_base"]]
         for retry in (t for t in g.trajectories if t.kind == "retry"):
-            base = g.trajectories[retry.metadata["base_index"]]
+            base = g.by_id()[retry.base_id]
             assert retry.metadata["beat_base"] == (retry.won and base.reward == 0)
         assert sorted(s.kind for s in g.samples) == sorted(["reflection", "guided_retry"] * len(won))
         assert [s.metadata["pivot"] for s in g.samples if s.kind == "guided_retry"] == [t.pivot for t in won]
@@ -195,7 +227,7 @@ def test_retry_from_scratch_replays_every_turn_with_the_guidance():
     retries = [t for t in group.trajectories if t.kind == "retry"]
     assert len(retries) == 2
     for retry in retries:
-        base = group.trajectories[retry.metadata["base_index"]]
+        base = group.by_id()[retry.base_id]
         assert retry.pivot == 0 and all(t.action == "right" for t in retry.turns)  # turn 0 on, guided
         assert retry.turns[0].observation == base.turns[0].observation
         assert retry.loss_mask == expected_mask(retry, 0) and base.loss_mask == expected_mask(base, 0)

@@ -118,9 +118,14 @@ def test_history_window_keeps_the_last_turns():
     t = rollout(corridor(), policy, RolloutConfig(history=1, max_turns=4), seed=0)
     seqs = t.sequences()
     assert len(seqs) == 4
-    for turn, (ids, mask, logprobs) in zip(t.turns, seqs):
+    for turn, (ids, agent, mask, logprobs, guided) in zip(t.turns, seqs):
         assert ids[-len(turn.token_ids) :] == turn.token_ids and sum(mask) == len(turn.token_ids)
         assert logprobs[-len(turn.token_ids) :] == turn.logprobs and ids[: -len(turn.token_ids)] == turn.prompt_ids
+        assert agent == mask and not any(guided)
+    # the trajectory's own sequence is the last turn's: the prompt it was generated from, and its reply
+    last = seqs[-1]
+    assert (t.token_ids, t.agent_mask, t.behavior_logprobs) == (last.token_ids, last.agent_mask, last.behavior_logprobs)
+    assert [m["role"] for m in t.messages] == ["system", "user", "assistant", "user", "assistant"]  # window of 1
     last_prompt = policy.tokenizer.decode(t.turns[3].prompt_ids)
     assert "(2 earlier turns omitted.)" in last_prompt
     assert last_prompt.count("<action>wait</action>") == 1
