@@ -8,7 +8,9 @@ What it checks, on the env it is given and on fresh envs made from the same spec
 4. checkpoint exactness: checkpoints at several steps restore (into the same env after it moved on, into a
    fresh env, natively and by verified replay) and continue with the identical transcript;
 5. ``Checkpoint`` pickles and round-trips through ``to_bytes()`` / ``Checkpoint.from_bytes()``;
-6. a battery of bad actions: each is an ordinary step that returns an observation, and the env keeps working.
+6. the env itself pickles mid-episode (constructor arguments + checkpoint state, see ``TextEnv.__reduce__``):
+   the copy and the original both continue with the identical transcript;
+7. a battery of bad actions: each is an ordinary step that returns an observation, and the env keeps working.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ def check_env(env: gym.Env, *, seed: int = 0, max_steps: int = 8, skip_gymnasium
         _check_checkpoints(env, make_fresh, seed, max_steps, reference)
     except CheckpointError as exc:
         raise EnvCheckError(f"checkpoint/restore failed: {exc}") from exc
+    _check_pickle(env, seed, max_steps, reference)
     _check_bad_actions(env, seed)
 
 
@@ -243,6 +246,30 @@ def _check_serialisation(ckpt: Checkpoint) -> None:
         raise EnvCheckError("a Checkpoint does not survive pickle: keep its state picklable")
     if Checkpoint.from_bytes(ckpt.to_bytes()) != ckpt:
         raise EnvCheckError("a Checkpoint does not survive to_bytes()/from_bytes()")
+
+
+def _check_pickle(env: gym.Env, seed: int, max_steps: int, reference: dict[str, Any]) -> None:
+    """Pickle the env mid-episode; the copy and the original must both continue as the reference did."""
+    t = min(max_steps // 2, len(reference["actions"]))
+    env.reset(seed=seed)
+    _continue(env, reference["actions"][:t])
+    try:
+        clone = pickle.loads(pickle.dumps(env))
+    except Exception as exc:  # whatever broke, the fix is the same
+        raise EnvCheckError(
+            f"pickling the env at step {t} failed ({type(exc).__name__}: {exc}). TextEnv pickles as its "
+            "constructor arguments plus its checkpoint state: keep both picklable, and give wrappers picklable state"
+        ) from exc
+    expected, rest = reference["steps"][t:], reference["actions"][t:]
+    with _closing(clone):
+        for who, target in (("a pickled copy", clone), ("the original after being pickled", env)):
+            diff = _first_difference(expected, _continue(target, rest))
+            if diff:
+                raise EnvCheckError(
+                    f"{who} of the env taken at step {t} continued differently: {diff}. A copy is rebuilt from "
+                    "the constructor arguments and restored from its checkpoint: the arguments must make the same "
+                    "env again (do not mutate them), and pickling must not touch the running engine"
+                )
 
 
 def _check_bad_actions(env: gym.Env, seed: int) -> None:

@@ -2,14 +2,16 @@
 
 A :class:`TextEnv` is a ``gymnasium.Env[str, str]``. Subclasses implement the game (``_start``, ``_act``,
 and for native restore ``_save_state``/``_load_state``); this base class owns what every env must do the
-same way: task selection from a split, the ``info`` keys, bad-action hygiene, step counting, and the
-episode record that checkpoint/restore and verified replay rely on (see :mod:`r3l_envs.checkpoint`).
+same way: task selection from a split, the ``info`` keys, bad-action hygiene, step counting, the episode
+record that checkpoint/restore and verified replay rely on (see :mod:`r3l_envs.checkpoint`), and how an env
+is pickled or deep-copied (one rule for every env; see :meth:`TextEnv.__reduce__`).
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import pickle
 import string
 import sys
 from collections.abc import Sequence
@@ -21,7 +23,14 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.error import ResetNeeded
 
-from r3l_envs.errors import EnvClosedError, ReplayDivergenceError, UnknownTaskError
+from r3l_envs._version import __version__
+from r3l_envs.errors import (
+    CheckpointVersionError,
+    EnvClosedError,
+    EnvPicklingError,
+    ReplayDivergenceError,
+    UnknownTaskError,
+)
 
 __all__ = ["INFO_KEYS", "MAX_TEXT", "TextEnv", "TextSpace", "observation_digest"]
 
@@ -93,10 +102,19 @@ class TextEnv(gym.Env[str, str]):
 
     The ``info`` dicts a subclass returns must contain ``admissible_actions``, ``won`` and ``score``; the base
     class adds ``task_id``, ``task`` and ``step``.
+
+    Pickling and ``copy.deepcopy`` work on every env, before reset and mid-episode, with one rule: the copy is
+    a new env built from the same constructor arguments, put where the original is by the checkpoint
+    machinery (see :meth:`__reduce__`). Engines (interpreters, planners, JVMs) are never copied.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"]}
     restore_kind: ClassVar[RestoreKind] = "native"
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> TextEnv:
+        env = super().__new__(cls)
+        env._init_args = (args, kwargs)  # the outermost constructor's arguments: what a copy is rebuilt from
+        return env
 
     def __init__(self, *, split: str = "train", render_mode: str | None = None):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -225,6 +243,40 @@ class TextEnv(gym.Env[str, str]):
         if self.render_mode == "human" and self._episode is not None:
             sys.stdout.write(self._episode.observation + "\n")
 
+    # ------------------------------------------------------------------ pickle and deepcopy
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickle (and ``copy.deepcopy``) as *constructor arguments + checkpoint state*, for every env alike.
+
+        Engines hold native handles (ctypes libraries, planner state, a JVM) that cannot be copied, and copying
+        their Python wrappers would share, then free, the same native memory. So the copy is a fresh env built
+        with the original's constructor arguments (``gym.make``'s kwargs) and its spec, then restored from
+        what :func:`r3l_envs.checkpoint` saves for the base env (natively, or by verified replay, as the env
+        declares); wrappers around it pickle their own state as usual. The copy continues exactly as the
+        original would, or unpickling raises (e.g. :class:`~r3l_envs.errors.ReplayDivergenceError`). Only
+        unpickle envs you pickled yourself (as with any pickle); to move an episode across a trust boundary,
+        send ``r3l_envs.checkpoint(env).to_bytes()`` instead.
+
+        Raises:
+            EnvPicklingError: a constructor argument cannot be pickled (e.g. a generator).
+        """
+        args, kwargs = self._init_args
+        try:
+            pickle.dumps((args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # any failure to pickle the arguments means the same thing to the caller
+            raise EnvPicklingError(
+                f"{type(self).__name__} cannot be pickled or copied: a constructor argument does not pickle "
+                f"({type(exc).__name__}: {exc}). Make the env from picklable kwargs, or move its episode with "
+                "r3l_envs.checkpoint(env).to_bytes() and r3l_envs.restore() into an env made where it is needed."
+            ) from exc
+        rng = self._np_random
+        state = {
+            "episode": self._checkpoint_state() if self._episode is not None and not self._closed else None,
+            "rng": None if rng is None else rng.bit_generator.state,
+            "rng_seed": self._np_random_seed,
+            "closed": self._closed,
+        }
+        return _rebuild, (type(self), args, kwargs, self.spec, __version__, state)
+
     # ------------------------------------------------------------------ checkpoint support
     def _checkpoint_state(self) -> dict[str, Any]:
         """Everything needed to put this env back where it is now (used by ``r3l_envs.checkpoint``)."""
@@ -287,6 +339,32 @@ class TextEnv(gym.Env[str, str]):
                 f"(digest {digest} != recorded {episode.digests[step]}). The engine is not deterministic for "
                 "this action sequence; restore natively, or fix canonical_observation() to hide the noise."
             )
+
+
+def _rebuild(
+    cls: type[TextEnv],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    spec: Any,
+    version: str,
+    state: dict[str, Any],
+) -> TextEnv:
+    """Inverse of :meth:`TextEnv.__reduce__`: a new env from the constructor arguments, put back to ``state``."""
+    if version != __version__:
+        raise CheckpointVersionError(
+            f"this {cls.__name__} was pickled by r3l {version}, this is r3l {__version__}: engines and task "
+            "generators may differ across versions, so unpickle it with the version that pickled it"
+        )
+    env = cls(*args, **kwargs)
+    env.spec = spec
+    if state["episode"] is not None:
+        env._restore_state(state["episode"], via=env.restore_kind)
+    if state["rng"] is not None:
+        env._set_rng(state["rng"])
+    env._np_random_seed = state["rng_seed"]
+    if state["closed"]:
+        env.close()
+    return env
 
 
 def sanitize_action(action: Any) -> str:

@@ -15,6 +15,7 @@ __all__ = [
     "EngineError",
     "EnvCheckError",
     "EnvClosedError",
+    "EnvPicklingError",
     "MalformedDataError",
     "R3LEnvError",
     "ReplayDivergenceError",
@@ -51,6 +52,14 @@ class EngineError(R3LEnvError, RuntimeError):
 
 class EnvClosedError(R3LEnvError, RuntimeError):
     """The env was used after ``close()``."""
+
+
+class EnvPicklingError(R3LEnvError, TypeError):
+    """An env cannot be pickled or deep-copied (see ``TextEnv.__reduce__``).
+
+    Envs pickle as their constructor arguments plus checkpoint state; when that is impossible, move the
+    episode with ``r3l_envs.checkpoint(env).to_bytes()`` and ``r3l_envs.restore()`` instead.
+    """
 
 
 class CheckpointError(R3LEnvError):

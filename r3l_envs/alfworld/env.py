@@ -103,11 +103,11 @@ class ALFWorldEnv(TextEnv):
         snapshot.load(engine.core(self._engine), snap.engine)
         self._won = snap.won
 
-    def _restore_state(self, state: dict[str, Any], *, via: Any) -> None:
+    def _restore_state(self, state: dict[str, Any], *, via: Any, rollback: bool = True) -> None:
         # Planner state ids die at the next reset: only a checkpoint of the running episode restores natively.
         if via == "native" and (state["native"] is None or state["native"].token != self._token):
             via = "replay"
-        super()._restore_state(state, via=via)
+        super()._restore_state(state, via=via, rollback=rollback)
 
     # ------------------------------------------------------------------ privileged information
     def expert_plan(self) -> list[str]:

@@ -1,11 +1,15 @@
-"""Every registered id passes check_env, and the same seed plays the same episode in two processes."""
+"""Every registered id passes check_env, pickles and deep-copies exactly, and the same seed plays the same episode
+in two processes."""
 
+import copy
 import json
+import pickle
 import subprocess
 import sys
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 import r3l_envs
@@ -29,8 +33,11 @@ OFFLINE_KWARGS: dict[str, dict] = {
 MARKS = {"r3l/ScienceWorld-v0": [pytest.mark.java]}
 
 
-def _params():
-    return [pytest.param(i, marks=MARKS.get(i, [])) for i in sorted(OFFLINE_KWARGS)]
+def _params(extra_java_marks=()):
+    return [
+        pytest.param(i, marks=[*MARKS.get(i, []), *(extra_java_marks if i in MARKS else ())])
+        for i in sorted(OFFLINE_KWARGS)
+    ]
 
 
 def test_every_id_is_checked():
@@ -41,6 +48,39 @@ def test_every_id_is_checked():
 def test_check_env(env_id):
     with gym.make(env_id, **OFFLINE_KWARGS[env_id]) as env:
         r3l_envs.check_env(env)
+
+
+def _action(info, rng):
+    pool = info["admissible_actions"] or ["The answer is 42.", "\\boxed{7}", "look around"]
+    return pool[int(rng.integers(len(pool)))]
+
+
+# Each ScienceWorld copy starts a JVM (~1 s, ~200 MB): that case is slow too.
+@pytest.mark.parametrize("env_id", _params(extra_java_marks=[pytest.mark.slow]))
+def test_pickle_and_deepcopy_before_reset_and_mid_episode(env_id):
+    """One rule for every env: a copy is rebuilt from the constructor arguments and restored from a checkpoint,
+    so it plays on exactly like the original (and separately from it), before reset and mid-episode."""
+    env = gym.make(env_id, **OFFLINE_KWARGS[env_id])
+    before = pickle.loads(pickle.dumps(env))
+    obs, info = env.reset(seed=1)
+    assert before.reset(seed=1) == (obs, info)
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        action = _action(info, rng)
+        step = env.step(action)
+        assert before.step(action) == step
+        info = step[4]
+    before.close()
+    copies = [pickle.loads(pickle.dumps(env)), copy.deepcopy(env)]
+    for _ in range(4):
+        action = _action(info, rng)
+        step = env.step(action)
+        assert [c.step(action) for c in copies] == [step, step]
+        info = step[4]
+        if step[2] or step[3]:
+            break
+    for e in (env, *copies):
+        e.close()
 
 
 _PLAY = """

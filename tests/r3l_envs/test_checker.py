@@ -59,3 +59,30 @@ class GreedyCorridor(Corridor):
 def test_a_broken_env_fails_with_a_message_that_names_the_fix(cls, message):
     with pytest.raises(EnvCheckError, match=message):
         r3l_envs.check_env(cls(), skip_gymnasium=True)
+
+
+class ConsumingCorridor(Corridor):
+    """Builds itself by consuming its constructor argument: rebuilt from the same arguments, it is another env."""
+
+    def __init__(self, lengths: list[int]):
+        super().__init__(length=lengths.pop())
+
+
+class WindyCorridor(Corridor):
+    """Keeps an unpicklable constructor argument (a lambda)."""
+
+    def __init__(self, wind):
+        super().__init__()
+        self.wind = wind
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: ConsumingCorridor(lengths=[9, 6]), "(?s)pickled copy.*do not mutate them"),
+        (lambda: WindyCorridor(wind=lambda: 0.3), "pickling the env at step .* constructor arguments"),
+    ],
+)
+def test_an_env_that_does_not_pickle_exactly_fails_the_check(make, message):
+    with pytest.raises(EnvCheckError, match=message):
+        r3l_envs.check_env(make(), skip_gymnasium=True)

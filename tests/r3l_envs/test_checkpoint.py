@@ -217,3 +217,20 @@ def test_same_seed_same_episode_in_two_processes():
     )
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True) for _ in range(2)]
     assert runs[0].stdout == runs[1].stdout and "cell" in runs[0].stdout
+
+
+def test_alfworld_replay_divergence_raises_the_typed_error_and_rolls_back():
+    """ALFWorld overrides _restore_state: the rollback after a diverging replay must reach it (it raised TypeError)."""
+    pytest.importorskip("alfworld")
+    env = gym.make("r3l/ALFWorld-v0", max_tasks=2)
+    _, info = env.reset(seed=0)
+    env.step(info["admissible_actions"][0])
+    ckpt = checkpoint(env)
+    state = pickle.loads(ckpt.payload)
+    state["env"]["episode"].digests[1] = "0" * 16
+    diverging = Checkpoint(**{**ckpt.__dict__, "payload": pickle.dumps(state)})
+    env.reset(seed=1)
+    before = env.unwrapped._checkpoint_state()["episode"]
+    with pytest.raises(ReplayDivergenceError, match="diverged at step 1"):
+        restore(env, diverging, via="replay")
+    assert env.unwrapped._checkpoint_state()["episode"] == before
