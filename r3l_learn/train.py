@@ -91,7 +91,14 @@ class TrainConfig:
     algo: str = _f("r3l", "the learning algorithm (r3l_learn/algorithms.py)", choices=tuple(sorted(ALGORITHMS)))
     ablations: tuple[str, ...] = _f((), "r3l only: parts of R³L to switch off", choices=tuple(sorted(ABLATIONS)))
     reflector: str = _f(
-        "self", 'who reflects: "self" (the paper), "oracle" (privileged env knowledge), or a model name/folder'
+        "self",
+        'who reflects: "self" (the paper), "oracle" (privileged env knowledge), a model name/folder, or '
+        '"openai:MODEL" (a model behind an OpenAI-compatible server, see --reflector-base-url)',
+    )
+    reflector_base_url: str | None = _f(
+        None,
+        "the server of an openai:MODEL reflector, e.g. http://127.0.0.1:8000/v1 (None: OpenAI's API; the "
+        "key comes from R3L_OPENAI_API_KEY or OPENAI_API_KEY)",
     )
     # sampling budget: every algorithm samples group_size trajectories per task (r3l: N/2 bases + retries + fill)
     steps: int = _f(20, "optimiser steps; each collects --tasks-per-step groups")
@@ -313,6 +320,12 @@ def _reflector(config: TrainConfig, policy: Any) -> Reflector | None:
         return OracleReflector()
     if config.reflector == "self":
         return PolicyReflector(policy)
+    if config.reflector.startswith("openai:"):
+        from r3l_learn.openai_policy import OpenAIReflector
+
+        return OpenAIReflector(config.reflector.removeprefix("openai:"), base_url=config.reflector_base_url)
+    if config.reflector_base_url is not None:
+        raise ValueError("reflector_base_url applies to an openai:MODEL reflector only")
     return PolicyReflector(load_policy(config.reflector, device=config.device, seed=config.seed))
 
 
