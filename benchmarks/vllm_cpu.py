@@ -86,7 +86,7 @@ def main() -> None:
                 got[backend] = collect(policies[backend], env_id, constrained, batch, args, args.seed + batch)
                 logger.info("%s batch %d %s: %s", name, batch, backend, got[backend])
             rows.append({"task": name, "batch": batch, **{f"{k}_{b}": v for b in got for k, v in got[b].items()}})
-            if constrained and b_index == 0:  # the old scoring: prompt log-probs with the prefix cache skipped
+            if constrained and b_index == 0:  # scoring with the prefix cache not read: every candidate re-runs
                 engine.read_prefix_cache = False
                 old = collect(engine, env_id, constrained, batch, args, args.seed + batch)
                 engine.read_prefix_cache = True
@@ -124,8 +124,8 @@ def main() -> None:
         if "old_scoring_wall_s" in r:
             lines += [
                 "",
-                f"Constrained scoring as before this change (prompt log-probs with the prefix cache skipped, so every "
-                f"admissible action re-runs the whole prompt), {r['task']}, batch {r['batch']}: "
+                f"Constrained scoring with the prefix cache not read (so every admissible action re-runs the whole "
+                f"prompt, as prompt log-probs did before), {r['task']}, batch {r['batch']}: "
                 f"{r['old_scoring_wall_s']:.1f} s per group, vs {r['wall_s_vllm']:.1f} s reading the cache.",
             ]
     markdown = "\n".join(lines) + "\n"
@@ -139,7 +139,6 @@ def main() -> None:
             "load_after": load_after,
             "dtype": dtype,
             "cpu": cpu_kind(),
-            "reruns": engine.reruns,
         }
         _report.write_section("vllm_cpu", markdown, data)
 

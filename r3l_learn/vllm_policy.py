@@ -92,6 +92,7 @@ class VLLMPolicy(HFTokenizerIO):
         except ImportError as exc:
             raise ImportError(f"{INSTALL_HINT} ({exc})") from exc
         engine_kwargs.setdefault("logprobs_mode", "raw_logprobs")
+        engine_kwargs.setdefault("logits_processors", [_forcing_processor()])
         if kv_cache_gib is not None and not device.startswith("cuda"):
             engine_kwargs.setdefault("kv_cache_memory_bytes", int(kv_cache_gib * (1 << 30)))
         if block_size is not None and not device.startswith("cuda"):
@@ -136,7 +137,6 @@ class VLLMPolicy(HFTokenizerIO):
         gen_eos = self.llm.llm_engine.model_config.hf_config.eos_token_id
         eos.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
         self.eos_token_ids: tuple[int, ...] = tuple(sorted(i for i in eos if i is not None))
-        self.reruns = 0  # scored pairs rerun without the prefix cache (see score)
         self.cached_tokens = 0  # prompt tokens served from the prefix cache so far (generate and score)
         self.read_prefix_cache = prefix_caching  # False: every request recomputes its prompt (tests compare both)
         self._closed = False
@@ -182,8 +182,17 @@ class VLLMPolicy(HFTokenizerIO):
         return result
 
     def score(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[list[float]]:
-        """Per-token log-probs of each continuation after its prompt, from prompt log-probs over prompt +
-        continuation, reading the prefix cache (so candidates after one prompt share its KV blocks)."""
+        """Per-token log-probs of each continuation after its prompt.
+
+        Each continuation is *decoded* after its prompt with every step forced to the continuation's next token
+        (a logits processor masks the rest; vLLM reports the raw log-prob, computed before any processor). So a
+        prompt's KV blocks are computed once and shared by all its candidates through the prefix cache, and the
+        LM head runs only on continuation tokens, as in HFPolicy's shared-cache scoring. (Prompt log-probs over
+        prompt + continuation would re-run and project every prompt row per candidate: vLLM skips the prefix
+        cache for them.) Equal pairs within one call are scored once.
+        """
+        from vllm.inputs import TokensPrompt
+
         if len(prompts) != len(continuations):
             raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
         if any(not p for p in prompts):
@@ -193,43 +202,41 @@ class VLLMPolicy(HFTokenizerIO):
             if c:
                 unique.setdefault((tuple(p), tuple(c)), len(unique))
         pairs = list(unique)
-        scored = self._prompt_logprobs(pairs, skip_cache=False)
-        stale = [i for i, lp in enumerate(scored) if lp is None]
-        if stale:  # continuation rows came from the cache: no log-probs there, so rerun those pairs without it
-            self.reruns += len(stale)
-            for i, lp in zip(stale, self._prompt_logprobs([pairs[i] for i in stale], skip_cache=True)):
-                scored[i] = lp
+        if not pairs:
+            return [[] for _ in prompts]
+        # Two waves: one candidate per prompt computes (and caches) the prompt's blocks, then the others read them
+        # (requests scheduled in the same step as the first would each compute the prompt themselves).
+        seen: set[tuple[int, ...]] = set()
+        first = [i for i, (p, _) in enumerate(pairs) if not (p in seen or seen.add(p))]
+        rest = sorted(set(range(len(pairs))) - set(first))
+        scored: dict[int, list[float]] = {}
+        for wave in (first, rest):
+            if not wave:
+                continue
+            requests = [TokensPrompt(prompt_token_ids=list(pairs[i][0])) for i in wave]
+            outputs = self.llm.generate(requests, [self._forced(pairs[i][1]) for i in wave], use_tqdm=False)
+            for i, out in zip(wave, outputs):
+                cont = pairs[i][1]
+                self.cached_tokens += out.num_cached_tokens or 0
+                completion = out.outputs[0]
+                if list(completion.token_ids) != list(cont):  # the processor did not force: never silently wrong
+                    raise RuntimeError(f"forced decoding gave {list(completion.token_ids)}, expected {list(cont)}")
+                scored[i] = [float(step[tok].logprob) for step, tok in zip(completion.logprobs, cont)]
         return [scored[unique[(tuple(p), tuple(c))]] if c else [] for p, c in zip(prompts, continuations)]
 
-    def _prompt_logprobs(
-        self, pairs: list[tuple[tuple[int, ...], tuple[int, ...]]], *, skip_cache: bool
-    ) -> list[list[float] | None]:
-        """Log-probs of each pair's continuation tokens; None where vLLM served one of their rows from its cache."""
+    def _forced(self, cont: Sequence[int]) -> Any:
         from vllm import SamplingParams as VllmSampling
-        from vllm.inputs import TokensPrompt
 
-        if not pairs:
-            return []
-        sampling = VllmSampling(
-            max_tokens=1,
-            prompt_logprobs=0,
+        return VllmSampling(
+            n=1,
             temperature=0.0,
+            max_tokens=len(cont),
+            ignore_eos=True,  # an end-of-turn token inside a candidate must not end it early
+            logprobs=0,
             detokenize=False,
-            skip_reading_prefix_cache=skip_cache or not self.read_prefix_cache,
+            skip_reading_prefix_cache=not self.read_prefix_cache,
+            extra_args={FORCE_KEY: list(cont)},
         )
-        requests = [TokensPrompt(prompt_token_ids=list(p) + list(c)) for p, c in pairs]
-        outputs = self.llm.generate(requests, sampling, use_tqdm=False)
-        result: list[list[float] | None] = []
-        for out, (prompt, cont) in zip(outputs, pairs):
-            self.cached_tokens += out.num_cached_tokens or 0
-            # prompt_logprobs[t] is log p(token t | tokens < t), computed from row t - 1; rows below
-            # num_cached_tokens were read from the cache and hold no log-probs.
-            if (out.num_cached_tokens or 0) > len(prompt) - 1:
-                result.append(None)
-                continue
-            steps = out.prompt_logprobs[len(prompt) :]
-            result.append([float(step[tok].logprob) for step, tok in zip(steps, cont)])
-        return result
 
     # ------------------------------------------------------------------ weights and lifecycle
     def update_weights(self, state_dict: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
@@ -270,6 +277,50 @@ def _release_process_group(files: set[Path]) -> None:
         logger.warning("vLLM's process-group cleanup failed", exc_info=True)
     for path in files:
         path.unlink(missing_ok=True)
+
+
+FORCE_KEY = "r3l_force_tokens"  # SamplingParams.extra_args key: the tokens each decoding step must emit
+
+
+def _forcing_processor() -> type:
+    """A vLLM (v1) logits processor that forces step ``k`` of a request to ``extra_args[FORCE_KEY][k]``.
+
+    It masks every other token; the sampled token's log-prob vLLM reports is the raw one (``raw_logprobs`` is
+    computed before logits processors), i.e. log p(forced token | prefix) under the model."""
+    import torch
+    from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
+    from vllm.v1.sample.logits_processor.builtin import process_dict_updates
+
+    class ForceTokens(LogitsProcessor):
+        def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool):
+            self.forced: dict[int, tuple[list[int], list[int]]] = {}  # batch row -> (tokens, output so far)
+
+        def is_argmax_invariant(self) -> bool:
+            return False
+
+        def update_state(self, batch_update: BatchUpdate | None) -> None:
+            def new_state(params: Any, _prompt: Any, output: list[int]) -> tuple[list[int], list[int]] | None:
+                tokens = (params.extra_args or {}).get(FORCE_KEY)
+                return (tokens, output) if tokens else None
+
+            process_dict_updates(self.forced, batch_update, new_state)
+
+        def apply(self, logits: torch.Tensor) -> torch.Tensor:
+            if not self.forced:
+                return logits
+            rows, targets = [], []
+            for row, (tokens, output) in self.forced.items():
+                if len(output) < len(tokens):
+                    rows.append(row)
+                    targets.append(tokens[len(output)])
+            if rows:
+                index = torch.tensor(rows, device=logits.device)
+                keep = logits[index, torch.tensor(targets, device=logits.device)]
+                logits[index] = float("-inf")
+                logits[index, torch.tensor(targets, device=logits.device)] = keep
+            return logits
+
+    return ForceTokens
 
 
 _ENGINE: VLLMPolicy | None = None

