@@ -458,42 +458,13 @@ def load_jsonl(path: str | os.PathLike[str]) -> Iterator[Trajectory | Trajectory
 
 
 def to_dataset(trajectories: Iterable[Trajectory | TrajectoryGroup]) -> Any:
-    """A HF ``datasets.Dataset`` with one row per trajectory (groups are flattened, ``group`` indexes them).
+    """A HF ``datasets.Dataset`` with one row per trajectory (groups are flattened, ``group`` indexes them; a bare
+    trajectory is a group of its own): :func:`wrappers.export.to_hf_dataset`, whose ``messages`` are chat messages
+    as lists (TRL's conversational format) beside the token columns and ``guided_mask``."""
+    from wrappers.export import to_hf_dataset  # the export builds on this module
 
-    Columns: id, base_id, env_id, task_id, kind, pivot, group, reward, won, score, num_turns, num_tokens,
-    stop_reason, token_ids, agent_mask, loss_mask, behavior_logprobs, guided_mask, messages (JSON text), turns
-    (JSON text). ``wrappers.export`` has the richer export (chat messages as lists, samples, a schema).
-    """
-    try:
-        import datasets
-    except ImportError as exc:
-        raise ImportError("to_dataset needs the `datasets` package: pip install datasets") from exc
-    rows: dict[str, list[Any]] = {}
-    for g, item in enumerate(trajectories):
-        trajs = item.trajectories if isinstance(item, TrajectoryGroup) else [item]
-        for t in trajs:
-            row = {
-                "id": t.id,
-                "base_id": t.base_id,
-                "env_id": t.env_id,
-                "task_id": t.task_id,
-                "kind": t.kind,
-                "pivot": -1 if t.pivot is None else t.pivot,
-                "group": g,
-                "reward": t.reward,
-                "won": t.won,
-                "score": t.score,
-                "num_turns": t.num_turns,
-                "num_tokens": t.num_tokens,
-                "stop_reason": t.stop_reason,
-                "token_ids": t.token_ids,
-                "agent_mask": t.agent_mask,
-                "loss_mask": t.loss_mask,
-                "behavior_logprobs": t.behavior_logprobs,
-                "guided_mask": t.guided_mask(),
-                "messages": json.dumps(t.messages, ensure_ascii=True),
-                "turns": json.dumps([turn.to_dict() for turn in t.turns], ensure_ascii=True),
-            }
-            for key, value in row.items():
-                rows.setdefault(key, []).append(value)
-    return datasets.Dataset.from_dict(rows)
+    groups = [
+        item if isinstance(item, TrajectoryGroup) else TrajectoryGroup(item.env_id, item.task_id, [item])
+        for item in trajectories
+    ]
+    return to_hf_dataset(groups)

@@ -5,8 +5,9 @@ Two exports, each with its inverse:
 - :func:`to_hf_dataset` — one row per trajectory (or per auxiliary sample with ``rows="samples"``). ``messages``
   is a real list of ``{"role", "content"}`` dicts, TRL's conversational format, so ``trl.data_utils``
   (``is_conversational``, ``apply_chat_template``) and ``SFTTrainer`` read it without custom parsing. Token-level
-  columns (``token_ids``, ``loss_mask``, ``logprobs`` and any other flat list field) are kept as lists; an
-  ``advantage`` column is added when advantages are given. :func:`from_hf_dataset` rebuilds the objects.
+  columns (``token_ids``, ``agent_mask``, ``loss_mask``, ``behavior_logprobs``, any other flat list field, and the
+  derived ``guided_mask``) are kept as lists; an ``advantage`` column is added when advantages are given.
+  :func:`from_hf_dataset` rebuilds the objects.
 - The groups JSONL file (:func:`wrappers.data.save_jsonl`) is described by a JSON schema of its format version,
   shipped with the package (``wrappers/groups.schema.json``, :func:`groups_schema`), for consumers outside Python.
 
@@ -29,8 +30,10 @@ from wrappers.policy import encodable
 
 __all__ = ["from_hf_dataset", "groups_schema", "to_hf_dataset", "to_rows"]
 
-# Columns the export adds to each object's own fields (dropped again by from_hf_dataset).
-_GROUP_COLUMNS = ("group", "group_task_id", "advantage")
+# Columns the export adds to each object's own fields (dropped again by from_hf_dataset): the group's index and
+# task, the advantage when given, and a trajectory's guided_mask (1 on tokens whose behaviour log-prob was taken
+# with a reflection's guidance in context, derived from its turns).
+_ADDED_COLUMNS = ("group", "group_task_id", "advantage", "guided_mask")
 _JSON_SUFFIX = "_json"
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -64,10 +67,12 @@ def to_rows(
             raise ValueError(f"group {g} has {len(members)} trajectories but {len(adv)} advantages")
         for i, item in enumerate(members):
             record = {k: v for k, v in item.to_dict().items() if k != "type"}  # the kind of row says it
-            clash = set(record) & set(_GROUP_COLUMNS)
+            clash = set(record) & set(_ADDED_COLUMNS)
             if clash:
                 raise ValueError(f"fields {sorted(clash)} collide with the columns the export adds")
             record["group"], record["group_task_id"] = g, group.task_id
+            if isinstance(item, Trajectory):
+                record["guided_mask"] = item.guided_mask()
             if adv is not None:
                 record["advantage"] = float(adv[i])
             raw.append(record)
@@ -98,7 +103,7 @@ def from_hf_dataset(dataset: Iterable[dict[str, Any]]) -> list[Trajectory | Samp
     for row in dataset:
         data: dict[str, Any] = {}
         for key, value in row.items():
-            if key in _GROUP_COLUMNS:
+            if key in _ADDED_COLUMNS:
                 continue
             if key.endswith(_JSON_SUFFIX):
                 data[key[: -len(_JSON_SUFFIX)]] = json.loads(value)

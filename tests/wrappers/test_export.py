@@ -211,3 +211,15 @@ def test_schema_rejects_malformed_records(groups, mutate, why):
         validate(record, root, root)
     with pytest.raises(AssertionError, match=why):  # checked against the group definition: says what is wrong
         validate(record, root["$defs"]["group"], root)
+
+
+def test_guided_mask_column_and_the_old_to_dataset_delegates(groups):
+    from wrappers import to_dataset
+
+    ds = to_hf_dataset(groups)
+    trajectories = [t for g in groups for t in g.trajectories]
+    assert ds["guided_mask"] == [t.guided_mask() for t in trajectories]
+    assert any(1 in m for m in ds["guided_mask"])  # the retries' guided turns
+    old = to_dataset([groups[0], trajectories[-1]])  # groups and bare trajectories, as before
+    assert old["group"] == [0] * len(groups[0].trajectories) + [1]
+    assert old["messages"][0] == trajectories[0].messages  # chat messages as lists, not JSON text
