@@ -10,7 +10,6 @@ import selectors
 import socket
 import subprocess
 import sys
-import threading
 import urllib.request
 
 import pytest
@@ -247,29 +246,25 @@ def test_server_answers_bad_requests_with_openai_errors(server):
 
 
 def test_a_silent_server_times_out_after_bounded_retries():
-    """A socket that accepts and never answers: each attempt times out; 1 + max_retries attempts, then an error."""
+    """A listening socket nobody answers: each attempt's connection waits in the accept queue and times out;
+    after 1 + max_retries attempts the client raises. The queue then holds exactly those connections."""
     from r3l_learn.openai_policy import OpenAIChat, RemoteModelError
 
-    attempts, held = [], []
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-
-        def accept():
-            while True:
-                try:
-                    conn, _ = listener.accept()
-                except OSError:
-                    return
-                attempts.append(1)
-                held.append(conn)
-
-        thread = threading.Thread(target=accept, daemon=True)
-        thread.start()
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as listener:
         url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
         chat = OpenAIChat("any", base_url=url, timeout=0.5, max_retries=2)
         with pytest.raises(RemoteModelError, match="timed out"):
             chat.complete([{"role": "user", "content": "hi"}], SamplingParams(max_new_tokens=4))
-    for conn in held:
-        conn.close()
+        listener.setblocking(False)
+        attempts = []
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except BlockingIOError:
+                break
+            attempts.append(conn)
+        for conn in attempts:
+            conn.close()
     assert len(attempts) == 3
 
 
