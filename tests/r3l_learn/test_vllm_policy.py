@@ -224,16 +224,22 @@ def test_constrained_and_free_text_evals_run(engine):
     from wrappers.rollout import RolloutConfig
 
     assert load_policy(MODEL, dtype="float32", backend="vllm") is engine  # one engine per process, reused
-    tw = evaluate(
-        "r3l/TextWorld-v0", engine, episodes=2, config=RolloutConfig(constrained=True, max_turns=3), batch_size=2
+    tw, _ = evaluate(
+        "r3l/TextWorld-v0",
+        engine,
+        episodes=2,
+        config=RolloutConfig(constrained=True, max_turns=2),
+        batch_size=2,
+        progress=False,
     )
     assert tw.episodes == 2 and tw.mean_turns > 0
-    cd = evaluate(
+    cd, _ = evaluate(
         "r3l/Countdown-v0",
         engine,
         episodes=2,
         config=RolloutConfig(sampling=SamplingParams(max_new_tokens=32), max_turns=1),
         batch_size=2,
+        progress=False,
     )
     assert cd.episodes == 2 and cd.mean_tokens > 0
 
