@@ -3,6 +3,12 @@
 Score, ``won`` and admissible actions come from TextWorld's own tracking (its ``StateTracking`` wrapper over
 the Inform 7 events of each turn). Checkpoints are native: jericho's machine state plus a copy of TextWorld's
 progress tracker, about a millisecond either way, restorable in a fresh env or another process.
+
+Native code and threads: every call into the engine (jericho's Z-machine interpreter behind ctypes, which
+releases the GIL) holds one process-wide lock, :data:`ENGINE_LOCK`, and so does every teardown of an engine
+(jericho's finaliser shuts the interpreter down and unloads its private copy of ``libfrotz.so``): an engine is
+closed by ``close()``/``reset()``, or by this env's own finaliser under the lock, never by a garbage-collector
+pass on whatever thread happens to run it. See ``benchmarks/stress_textworld.py``.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import logging
 import re
 import threading
 import warnings
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +108,10 @@ class TextWorldEnv(TextEnv):
         count = SPLIT_SIZES[split] if max_tasks is None else min(max_tasks, SPLIT_SIZES[split])
         self._ids = NumberedIds(f"tw-{game_type}-d{difficulty}-{split}-", count, width=5)
         self._tw: Any = None  # textworld.envs.wrappers.TWInform7 of the loaded game
+        # The engine also lives in a box that this env's finaliser closes under ENGINE_LOCK if the env is dropped
+        # without close(); the finaliser holds the box, not the env.
+        self._engine_box: list[Any] = []
+        self._finalizer = weakref.finalize(self, _close_engines, self._engine_box)
         self._task_loaded: str | None = None
         self._game: Any = None
         self._best = 0.0
@@ -113,7 +124,8 @@ class TextWorldEnv(TextEnv):
 
     def _start(self, task_id: str) -> tuple[str, str, dict[str, Any]]:
         self._load(task_id)
-        state = self._tw.reset()
+        with ENGINE_LOCK:
+            state = self._tw.reset()
         self._best = 0.0
         self._last = self._info(state)
         return _clean(state.feedback), state["objective"], dict(self._last)
@@ -122,7 +134,8 @@ class TextWorldEnv(TextEnv):
         command, refusal = self._engine_command(action)
         if refusal is not None:
             return refusal, 0.0, False, dict(self._last)
-        state, _, done = self._tw.step(command)
+        with ENGINE_LOCK:
+            state, _, done = self._tw.step(command)
         info = self._info(state)
         reward = max(0.0, info["score"] - self._best)  # scores never pay twice: the episode sum stays <= 1
         self._best = max(self._best, info["score"])
@@ -132,9 +145,11 @@ class TextWorldEnv(TextEnv):
     def _save_state(self) -> _Snapshot:
         tracker, i7, jericho = self._layers()
         progression = tracker._game_progression
+        with ENGINE_LOCK:
+            frotz = jericho._jericho.get_state()
         return _Snapshot(
             task_id=self._task_loaded,
-            frotz=jericho._jericho.get_state(),
+            frotz=frotz,
             facts=[_pack_proposition(fact) for fact in progression.state.facts],
             valid_actions=[_pack_action(action) for action in progression._valid_actions],
             moves=tracker._moves,
@@ -151,9 +166,11 @@ class TextWorldEnv(TextEnv):
 
         if snap.task_id != self._task_loaded or self._tw is None:
             self._load(snap.task_id)
-            self._tw.reset()  # sets up tracking; everything it sets is overwritten below
+            with ENGINE_LOCK:
+                self._tw.reset()  # sets up tracking; everything it sets is overwritten below
         tracker, i7, jericho = self._layers()
-        jericho._jericho.set_state(snap.frotz)
+        with ENGINE_LOCK:
+            jericho._jericho.set_state(snap.frotz)
         progression = tracker._game_progression
         progression.state = State(progression.state._logic, [_unpack_proposition(f) for f in snap.facts])
         progression._valid_actions = [_unpack_action(a) for a in snap.valid_actions]
@@ -179,10 +196,10 @@ class TextWorldEnv(TextEnv):
         if index is None:
             raise UnknownTaskError(f"{task_id!r} is not a task id of this TextWorld split; see env.task_ids")
         path = build_game(GameSpec(self.game_type, self.difficulty, self.split, index))
-        if self._tw is not None:
-            self._tw.close()
-            self._tw = None
+        self._tw = None
+        _close_engines(self._engine_box)
         self._tw, self._game = _start_engine(path)
+        self._engine_box.append(self._tw)
         self._task_loaded = task_id
 
     def _layers(self) -> tuple[Any, Any, Any]:
@@ -221,16 +238,25 @@ class TextWorldEnv(TextEnv):
         return command, None
 
     def close(self) -> None:
-        if self._tw is not None:
-            self._tw.close()
-            self._tw = None
+        self._tw = None
+        _close_engines(self._engine_box)
         super().close()
 
 
-# TextWorld parses a game's logic with a tatsu grammar whose parser state is shared module-wide: two threads
-# loading games at once corrupt each other ("pop from empty list"). Rollouts reset envs from a thread pool, so
-# loading is serialised; stepping and restoring touch only per-instance state and stay concurrent.
-_LOAD_LOCK = threading.Lock()
+#: Held by every call into a TextWorld engine in this process: loading (TextWorld parses a game's logic with a
+#: tatsu grammar whose parser state is shared module-wide, so two threads loading at once corrupt each other),
+#: reset, step, get/set of the interpreter state, and teardown. Reentrant: a restore loads, then sets state.
+ENGINE_LOCK = threading.RLock()
+
+
+def _close_engines(box: list[Any]) -> None:
+    """Close and drop the engines in ``box`` under the lock, so jericho's finaliser (which unloads the engine's
+    ``libfrotz.so`` copy) runs here, on this thread, and not later in some garbage-collector pass."""
+    with ENGINE_LOCK:
+        while box:
+            engine = box.pop()
+            engine.close()
+            del engine
 
 
 def _start_engine(path: Path) -> tuple[Any, Any]:
@@ -246,9 +272,9 @@ def _start_engine(path: Path) -> tuple[Any, Any]:
     try:
         with warnings.catch_warnings():  # jericho warns that TextWorld games lack its own score detection
             warnings.simplefilter("ignore", jericho.UnsupportedGameWarning)
-            with _LOAD_LOCK:
+            with ENGINE_LOCK:
                 env = textworld.start(str(path), request_infos=infos)
-        env.seed(0)  # jericho's RNG is part of its saved state; a fixed seed makes episodes reproducible
+                env.seed(0)  # jericho's RNG is part of its saved state; a fixed seed makes episodes reproducible
         return env, env._wrapped_env._game  # the Game that TextWorld's StateTracking layer loaded
     except Exception as exc:  # any failure to load means the cached files are damaged
         raise MalformedDataError(
