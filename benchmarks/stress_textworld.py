@@ -101,7 +101,9 @@ def _attempt(i: int, args: argparse.Namespace) -> tuple[int | str, str]:
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, check=False)
     except subprocess.TimeoutExpired as exc:
         return "timeout", (exc.stderr or b"")[-6000:].decode("utf-8", "replace")
-    return done.returncode, done.stderr[-6000:]
+    # A worker that printed its "ok" line and still died crashed in interpreter shutdown, after faulthandler
+    # was torn down (which is why such crashes print nothing): keep stdout to tell the two apart.
+    return done.returncode, done.stdout[-500:] + done.stderr[-6000:]
 
 
 def drive(args: argparse.Namespace) -> dict:
