@@ -1,0 +1,125 @@
+"""The collection backend: where env episodes run, behind one small protocol.
+
+Rollouts, :class:`wrappers.ReflectRetry` and ``r3l_learn.train`` never hold env objects: they address env
+*slots* (``0, 1, ...``) of a :class:`Collector` and ask it to reset, step, checkpoint or restore them. Everything
+that touches the policy (tokenising, generating, parsing, recording) stays on the caller's thread; only the env
+calls and their plain-data results cross the boundary. So a backend may run its envs in threads of this process
+(:class:`wrappers.envops.LocalCollector`, the default) or in other processes and machines (Ray actors), and the
+trajectories are the same.
+
+What an implementation must provide (and a remote one, e.g. Ray actors holding envs made by ``gym.make``, can):
+
+* **Slots made on first use.** Slot ``i`` is one env instance of the collector's env id and kwargs, made the
+  first time ``i`` is used and kept for later calls; slots ``0..n-1`` are what a batch of ``n`` episodes uses.
+  A slot has at most one call in flight (the caller guarantees it) and its calls run in submission order.
+* **Only plain data crosses:** arguments are ``str``/``int``/``None``/:class:`r3l_envs.Checkpoint`, results are
+  the frozen records below (infos are JSON-like dicts). A remote backend ships checkpoints as
+  ``Checkpoint.to_bytes()`` and rebuilds them with ``Checkpoint.from_bytes()``; it never unpickles what a
+  worker sends back except through that typed, verified format.
+* **Restore anywhere:** ``restore(slot, ckpt)`` must work whichever slot (or worker, or machine) took ``ckpt``
+  (any instance of the same env id and kwargs restores it: natively or by verified replay). A backend that
+  loses a worker may therefore rebuild the slot elsewhere and restore the slot's last checkpoint; the caller
+  never relies on a slot keeping an env object alive between episodes.
+* **Futures:** every env call returns a :class:`concurrent.futures.Future` at once (a Ray ``ObjectRef`` gives
+  one with ``ref.future()``); :meth:`Collector.gather` waits for them and re-raises the first failure in
+  submission order, on the caller's thread, never swallowing it.
+* **Exactness:** results must equal those of running the same calls one by one on envs made in this process.
+  The tests compare any backend's groups with :class:`wrappers.envops.LocalCollector`'s (``workers=1``).
+* ``local_env(slot)`` returns the slot's live env only when it lives in this process (reflectors that consult an
+  env, such as the oracle, use it); a remote backend returns ``None`` and serves such needs through
+  :meth:`Collector.call` with a module-level (picklable) function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from r3l_envs.checkpoint import Checkpoint
+
+__all__ = ["Collector", "EnvProfile", "ResetResult", "StepResult"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class EnvProfile:
+    """What an episode needs to know about the collector's env before playing it.
+
+    Attributes:
+        env_id: the registered id (``spec.id``), or the env class name for an unregistered factory.
+        max_turns: the env's own turn limit (TimeLimit's ``max_episode_steps``, else a math env's
+            ``max_attempts``), or ``None`` if it declares none.
+    """
+
+    env_id: str
+    max_turns: int | None
+
+
+@dataclass(frozen=True)
+class ResetResult:
+    """``env.reset``'s result, and the checkpoint taken right after it when one was asked for."""
+
+    observation: str
+    info: dict[str, Any]
+    checkpoint: Checkpoint | None = None
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """``env.step``'s result, and the checkpoint taken after it when asked for and the episode goes on."""
+
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+    checkpoint: Checkpoint | None = None
+
+
+@runtime_checkable
+class Collector(Protocol):
+    """Env slots of one env id and kwargs, and the calls that play episodes on them (see the module docstring).
+
+    The caller owns the collector it made: ``close()`` it (or use it as a context manager where the
+    implementation supports it) when done; a :class:`wrappers.ReflectRetry` or ``train()`` that was handed one
+    leaves it open.
+    """
+
+    def profile(self) -> EnvProfile:
+        """The env's id and turn limit (may make slot 0's env on first call)."""
+        ...
+
+    def reset(self, slot: int, *, seed: int | None, task_id: str | None, checkpoint: bool) -> Future[ResetResult]:
+        """``env.reset(seed=seed, options={"task_id": task_id} or None)``; with ``checkpoint``, also
+        ``r3l_envs.checkpoint(env)`` right after it."""
+        ...
+
+    def step(self, slot: int, action: str, *, checkpoint: bool) -> Future[StepResult]:
+        """``env.step(action)``; with ``checkpoint``, also ``r3l_envs.checkpoint(env)`` after it unless the step
+        terminated or truncated the episode."""
+        ...
+
+    def restore(self, slot: int, checkpoint: Checkpoint) -> Future[None]:
+        """``r3l_envs.restore(env, checkpoint)``; ``checkpoint`` may come from any slot of this collector."""
+        ...
+
+    def call(self, slot: int, fn: Callable[..., T], *args: Any) -> Future[T]:
+        """``fn(env, *args)`` next to the slot's env (for privileged look-ups such as an expert plan). A remote
+        backend needs ``fn`` importable by name and ``args``/result picklable plain data."""
+        ...
+
+    def local_env(self, slot: int) -> Any | None:
+        """The slot's live env if it lives in this process, else ``None``."""
+        ...
+
+    def gather(self, futures: Sequence[Future[T]], then: Callable[[int, T], None] | None = None) -> list[T]:
+        """Wait for ``futures`` (from this collector), calling ``then(i, result)`` on the calling thread as each
+        finishes; on failure, wait for the rest and raise the failure of the lowest index."""
+        ...
+
+    def close(self) -> None:
+        """Close every env this collector made and release its workers."""
+        ...
