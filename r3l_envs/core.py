@@ -378,3 +378,8 @@ def sanitize_action(action: Any) -> str:
     except UnicodeEncodeError:
         action = action.encode("utf-8", "replace").decode("utf-8")
     return action
+
+
+# TextSpace's handlers for gymnasium's shared memory (AsyncVectorEnv's default): imported with the space, so every
+# process that makes or unpickles one has them.
+from r3l_envs import shared_text  # noqa: E402, F401
