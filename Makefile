@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-vllm lint bench bench-learning clean
+.PHONY: demo test test-vllm lint bench bench-learning clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,12 +29,21 @@ demo: $(VENV)/.installed
 	rm -rf runs/cpu-demo/checkpoints
 	@du -sh runs/cpu-demo
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	# One torch thread per xdist worker: two workers already fill two cores, and two threads each spin against each
 	# other on a loaded machine (a tiny-model collect took 23 s with the default threads, 1.8 s with one, load ~20).
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -m "not gpu and not vllm"
+
+# The browser test of `r3l show --html` (tests/wrappers/test_show_browser.py) drives Debian's chromium headless. As
+# root (CI) it is installed here when missing (apt, quiet, no recommends); elsewhere that test skips, saying why.
+chromium:
+	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ]; then \
+		echo "installing chromium for the browser test of r3l show (apt-get)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			chromium >/dev/null; \
+	fi
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/envs.py

@@ -2,20 +2,31 @@
 reflection and the guidance the retry saw shown), or plain trajectories (``r3l eval``'s output) one by one.
 
 ``render_text`` is for the terminal (``r3l show file.jsonl``), ``render_html`` writes the same view as one
-static HTML page (``r3l show file.jsonl --html page.html``). Long turns are cut to ``max_lines`` lines in the
-terminal, and the cut says how many lines it hid; the HTML page shows everything.
+static HTML page (``r3l show file.jsonl --html page.html``, built by :mod:`wrappers.show_html`). Both open with
+:func:`summarize`'s line (groups, retries, how many beat their base, mean pivot). Long turns are cut to
+``max_lines`` lines in the terminal, and the cut says how many lines it hid; the HTML page shows everything.
 """
 
 from __future__ import annotations
 
-import html
 import os
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from wrappers.data import Trajectory, TrajectoryGroup, Turn, load_jsonl
+from wrappers.reflect_retry import beats
 
-__all__ = ["load_viewable", "render_html", "render_text"]
+__all__ = [
+    "Outcome",
+    "Summary",
+    "load_viewable",
+    "outcome",
+    "render_html",
+    "render_text",
+    "retry_beat_base",
+    "summarize",
+]
 
 _COLUMN = 58
 Viewable = TrajectoryGroup | Trajectory
@@ -44,7 +55,7 @@ def _link(traj: Trajectory, names: tuple[str, ...]) -> object:
     return None
 
 
-def _pairs(group: TrajectoryGroup) -> list[tuple[Trajectory, Trajectory | None]]:
+def pairs(group: TrajectoryGroup) -> list[tuple[Trajectory, Trajectory | None]]:
     """Each base with the retry made from it (``None`` if it got none); extra bases alone. A retry finds its base
     by a stable id where the file has one, else by the base's position in the group."""
     bases = [(i, t) for i, t in enumerate(group.trajectories) if t.kind != "retry"]
@@ -63,16 +74,104 @@ def _pairs(group: TrajectoryGroup) -> list[tuple[Trajectory, Trajectory | None]]
     return [(t, by_base.get(id(t))) for _, t in bases]
 
 
-def _turn_text(turn: Turn) -> str:
+def retry_beat_base(retry: Trajectory, base: Trajectory) -> bool:
+    """The collector's verdict (``retry.metadata["beat_base"]``, taken at its own success threshold) where the
+    file has one, else :func:`wrappers.reflect_retry.beats` at the default threshold."""
+    verdict = retry.metadata.get("beat_base")
+    return bool(verdict) if isinstance(verdict, bool) else beats(retry, base)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one shown item ended: ``won`` (some trajectory of a group won; a plain trajectory won), and how many of
+    a group's retries beat their base (0 for a plain trajectory)."""
+
+    won: bool
+    retries: int
+    beaten: int
+
+
+def outcome(item: Viewable) -> Outcome:
+    """The :class:`Outcome` of a group or a plain trajectory (what the page's filters select on)."""
+    if isinstance(item, Trajectory):
+        return Outcome(item.won, 0, 0)
+    beaten = sum(retry_beat_base(retry, base) for base, retry in pairs(item) if retry is not None)
+    return Outcome(any(t.won for t in item.trajectories), sum(t.kind == "retry" for t in item.trajectories), beaten)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a file holds, counted from its trajectories (so it holds for any file, filtered or not).
+
+    Attributes:
+        groups, trajectories: how many groups and how many plain trajectories were shown.
+        bases, bases_won: the non-retry trajectories (of groups and plain ones) and how many of them won.
+        retries, retries_beat_base: the retries, and how many beat their base (:func:`retry_beat_base`).
+        retries_won: the retries that won.
+        mean_pivot: the mean turn a retry restarted from (``None`` without retries that name one).
+        groups_won: the groups where some trajectory won.
+    """
+
+    groups: int
+    trajectories: int
+    bases: int
+    bases_won: int
+    retries: int
+    retries_won: int
+    retries_beat_base: int
+    mean_pivot: float | None
+    groups_won: int
+
+    def line(self) -> str:
+        """One line for a reader: what was shown, then the retries' record."""
+        parts = []
+        if self.groups:
+            parts.append(f"{self.groups} groups ({self.groups_won} won)")
+        if self.trajectories:
+            parts.append(f"{self.trajectories} plain trajectories")
+        parts.append(f"{self.bases} bases ({self.bases_won} won)")
+        if self.groups:
+            pivot = "n/a" if self.mean_pivot is None else f"{self.mean_pivot:.2f}"
+            parts.append(
+                f"{self.retries} retries ({self.retries_won} won, {self.retries_beat_base} beat their base), "
+                f"mean pivot {pivot}"
+            )
+        return "summary: " + ", ".join(parts)
+
+
+def summarize(items: Sequence[Viewable]) -> Summary:
+    """Count groups, bases, retries and retries that beat their base, and the mean pivot, over ``items``."""
+    groups = [i for i in items if isinstance(i, TrajectoryGroup)]
+    plain = [i for i in items if isinstance(i, Trajectory)]
+    bases = plain + [t for g in groups for t in g.trajectories if t.kind != "retry"]
+    retries = [t for g in groups for t in g.trajectories if t.kind == "retry"]
+    pivots = [r.pivot for r in retries if r.pivot is not None]
+    return Summary(
+        groups=len(groups),
+        trajectories=len(plain),
+        bases=len(bases),
+        bases_won=sum(t.won for t in bases),
+        retries=len(retries),
+        retries_won=sum(r.won for r in retries),
+        retries_beat_base=sum(outcome(g).beaten for g in groups),
+        mean_pivot=sum(pivots) / len(pivots) if pivots else None,
+        groups_won=sum(outcome(g).won for g in groups),
+    )
+
+
+def turn_text(turn: Turn) -> str:
+    """A turn as a reader sees it: ``> action`` (or why the reply did not parse), then the env's answer."""
     action = turn.action if turn.action is not None else f"(unparsed: {turn.parse_error})"
     return f"> {action}\n{turn.outcome or turn.observation}"
 
 
-def _summary(traj: Trajectory) -> str:
+def trajectory_line(traj: Trajectory) -> str:
+    """One line on how a trajectory ended: kind, reward, won, turns, stop reason."""
     return f"{traj.kind}: reward {traj.reward:.2f}, won {traj.won}, {traj.num_turns} turns, ended by {traj.stop_reason}"
 
 
-def _reflection_lines(base: Trajectory) -> list[str]:
+def reflection_lines(base: Trajectory) -> list[str]:
+    """The reflection on a base (outcome, pivot, root cause, suggestion), or why it was unusable; none if absent."""
     refl = base.metadata.get("reflection")
     if not refl:
         return []
@@ -85,7 +184,7 @@ def _reflection_lines(base: Trajectory) -> list[str]:
     return ["reflection: " + " | ".join(parts)]
 
 
-def _guidance(retry: Trajectory | None) -> str | None:
+def guidance_seen(retry: Trajectory | None) -> str | None:
     """The text the retry saw in its context at the pivot (never in its training sequence)."""
     if retry is None:
         return None
@@ -111,11 +210,11 @@ def _block(label: str, text: str, max_lines: int) -> list[str]:
 def _side_by_side(base: Trajectory, retry: Trajectory | None, max_lines: int) -> list[str]:
     out = []
     for i in range(max(base.num_turns, retry.num_turns if retry else 0)):
-        left = _cell(_turn_text(base.turns[i]), max_lines=max_lines) if i < base.num_turns else []
+        left = _cell(turn_text(base.turns[i]), max_lines=max_lines) if i < base.num_turns else []
         right: list[str] = []
         if retry is not None and i < retry.num_turns:
             same = i < (retry.pivot or 0)
-            right = ["(same as base)"] if same else _cell(_turn_text(retry.turns[i]), max_lines=max_lines)
+            right = ["(same as base)"] if same else _cell(turn_text(retry.turns[i]), max_lines=max_lines)
         marker = "▶" if retry is not None and i == retry.pivot else " "
         for k in range(max(len(left), len(right))):
             label = f"{marker}{i:>3}" if k == 0 else "    "
@@ -129,10 +228,10 @@ def _group_text(group: TrajectoryGroup, title: str, max_lines: int) -> list[str]
     out = [f"═ {title}  {group.env_id}  task {group.task_id}  rewards {group.rewards}"]
     if group.trajectories:
         out += _block("goal: ", group.trajectories[0].task, max_lines)
-    for base, retry in _pairs(group):
-        head = _summary(base) + (f"   ║ {_summary(retry)}, pivot {retry.pivot}" if retry else "")
-        out += ["", head, *_reflection_lines(base)]
-        guidance = _guidance(retry)
+    for base, retry in pairs(group):
+        head = trajectory_line(base) + (f"   ║ {trajectory_line(retry)}, pivot {retry.pivot}" if retry else "")
+        out += ["", head, *reflection_lines(base)]
+        guidance = guidance_seen(retry)
         if guidance:
             out += _block("guidance the retry saw: ", guidance, max_lines)
         out += _side_by_side(base, retry, max_lines)
@@ -142,13 +241,17 @@ def _group_text(group: TrajectoryGroup, title: str, max_lines: int) -> list[str]
 
 
 def _trajectory_text(traj: Trajectory, title: str, max_lines: int) -> list[str]:
-    out = [f"═ {title}  {traj.env_id}  task {traj.task_id}", *_block("goal: ", traj.task, max_lines), _summary(traj)]
-    guidance = _guidance(traj)
+    out = [
+        f"═ {title}  {traj.env_id}  task {traj.task_id}",
+        *_block("goal: ", traj.task, max_lines),
+        trajectory_line(traj),
+    ]
+    guidance = guidance_seen(traj)
     if guidance:
         out += _block("guidance it saw: ", guidance, max_lines)
     for i, turn in enumerate(traj.turns):
         marker = "▶" if traj.pivot is not None and i == traj.pivot else " "
-        for k, line in enumerate(_cell(_turn_text(turn), width=2 * _COLUMN, max_lines=max_lines)):
+        for k, line in enumerate(_cell(turn_text(turn), width=2 * _COLUMN, max_lines=max_lines)):
             out.append(f"{f'{marker}{i:>3}' if k == 0 else '    '} │ {line}".rstrip())
     return out
 
@@ -156,7 +259,7 @@ def _trajectory_text(traj: Trajectory, title: str, max_lines: int) -> list[str]:
 def render_text(items: Sequence[Viewable], max_lines: int = 6) -> str:
     """A plain-text view of ``items``: a group shows per base its turns beside its retry's (pivot marked ``▶``),
     a trajectory its turns; each turn at most ``max_lines`` lines (0: all), with a note of what was cut."""
-    out: list[str] = []
+    out: list[str] = [summarize(items).line(), ""]
     for n, item in enumerate(items, start=1):
         if isinstance(item, TrajectoryGroup):
             out += _group_text(item, f"group {n}/{len(items)}", max_lines)
@@ -166,52 +269,13 @@ def render_text(items: Sequence[Viewable], max_lines: int = 6) -> str:
     return "\n".join(out)
 
 
-def _html_rows(base: Trajectory, retry: Trajectory | None) -> list[str]:
-    esc, rows = html.escape, []
-    for i in range(max(base.num_turns, retry.num_turns if retry else 0)):
-        pivot = retry is not None and i == retry.pivot
-        left = esc(_turn_text(base.turns[i])) if i < base.num_turns else ""
-        right = ""
-        if retry is not None and i < retry.num_turns:
-            right = "(same as base)" if i < (retry.pivot or 0) else esc(_turn_text(retry.turns[i]))
-        cls = " class='pivot'" if pivot else ""
-        rows.append(f"<tr{cls}><td>{'▶ ' if pivot else ''}{i}</td><td>{left}</td><td>{right}</td></tr>")
-    return rows
+def render_html(
+    items: Sequence[Viewable], title: str = "r3l trajectories", decode: Callable[[list[int]], str] | None = None
+) -> str:
+    """The same view as :func:`render_text` as one self-contained HTML page (nothing cut): the summary on top,
+    each group or trajectory collapsible and filterable by outcome, and a token view (off until ticked) that
+    colours trainable, masked and context tokens; ``decode`` (e.g. a tokenizer's ``decode``) gives their text.
+    See :func:`wrappers.show_html.render_html`."""
+    from wrappers.show_html import render_html as page  # the page builds on this module's helpers
 
-
-def render_html(items: Sequence[Viewable], title: str = "r3l trajectories") -> str:
-    """The same view as :func:`render_text`, as one self-contained HTML page (nothing cut)."""
-    esc = html.escape
-    body = [f"<h1>{esc(title)}</h1>"]
-    for n, item in enumerate(items, start=1):
-        if isinstance(item, Trajectory):
-            body.append(f"<h2>trajectory {n}: {esc(item.env_id)} — task {esc(item.task_id)}</h2>")
-            body.append(f"<p class='goal'>goal: {esc(item.task)}</p><table><tr><th>turn</th>")
-            body.append(f"<th>{esc(_summary(item))}</th><th></th></tr>")
-            body += _html_rows(item, None)
-            body.append("</table>")
-            continue
-        body.append(f"<h2>group {n}: {esc(item.env_id)} — task {esc(item.task_id)}</h2>")
-        goal = esc(item.trajectories[0].task) if item.trajectories else ""
-        body.append(f"<p>rewards {esc(str(item.rewards))}</p><p class='goal'>goal: {goal}</p>")
-        for base, retry in _pairs(item):
-            body.append("<table><tr><th>turn</th>")
-            body.append(f"<th>{esc(_summary(base))}</th>")
-            body.append(f"<th>{esc(_summary(retry)) + f', pivot {retry.pivot}' if retry else 'no retry'}</th></tr>")
-            notes = _reflection_lines(base)
-            guidance = _guidance(retry)
-            if guidance:
-                notes.append(f"guidance the retry saw: {guidance}")
-            for line in notes:
-                body.append(f"<tr><td></td><td colspan='2' class='refl'>{esc(line)}</td></tr>")
-            body += _html_rows(base, retry)
-            body.append("</table>")
-    style = (
-        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0;width:100%}"
-        "td,th{border:1px solid #ccc;padding:4px;vertical-align:top;white-space:pre-wrap;font-size:13px}"
-        "tr.pivot td{background:#fff3c4}td.refl{background:#eef5ff}p.goal{white-space:pre-wrap}"
-    )
-    return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"
-        f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n"
-    )
+    return page(items, title=title, decode=decode)
