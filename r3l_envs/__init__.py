@@ -14,14 +14,15 @@ from r3l_envs import errors
 from r3l_envs._version import __version__
 from r3l_envs.checker import check_env
 from r3l_envs.checkpoint import Checkpoint, checkpoint, register_wrapper_state, restore
-from r3l_envs.core import INFO_KEYS, TextEnv, TextSpace
-from r3l_envs.registration import list_envs, register_envs
+from r3l_envs.core import INFO_KEYS, EnvInfo, TextEnv, TextSpace
+from r3l_envs.registration import env_info, list_envs, register_envs
 
 register_envs()
 
 __all__ = [
     # the contract
     "INFO_KEYS",
+    "EnvInfo",
     "TextEnv",
     "TextSpace",
     # checkpoint / restore
@@ -31,6 +32,7 @@ __all__ = [
     "restore",
     # registry and checker
     "check_env",
+    "env_info",
     "list_envs",
     "register_envs",
     # errors and version

@@ -32,7 +32,7 @@ from r3l_envs.errors import (
     UnknownTaskError,
 )
 
-__all__ = ["INFO_KEYS", "MAX_TEXT", "TextEnv", "TextSpace", "observation_digest"]
+__all__ = ["INFO_KEYS", "MAX_TEXT", "EnvInfo", "TextEnv", "TextSpace", "observation_digest"]
 
 #: Keys every ``info`` dict has (DESIGN.md, "The public contract").
 INFO_KEYS = ("task_id", "task", "admissible_actions", "won", "score", "step")
@@ -73,6 +73,26 @@ def observation_digest(observation: str, reward: float = 0.0, terminated: bool =
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class EnvInfo:
+    """What an env declares about itself, for the layers above it (prompts, the oracle, the learner).
+
+    Read it with :func:`r3l_envs.env_info` (from a registered id, without making the env, or from an env); an env
+    declares it with the class attributes and the method of the same names on :class:`TextEnv`.
+
+    Attributes:
+        prompt_family: the prompt family the agent-side wrappers show this env with (a key of
+            ``wrappers.prompts.FAMILIES``: ``"math"``, ``"textgame"``, ``"webshop"``, ``"generic"``).
+        is_math: one problem per episode, every reply a graded attempt, ``info["correct"]`` per attempt; the
+            learner reports first-attempt success, and the oracle diagnoses attempts, not plan deviations.
+        has_expert_plan: the env overrides :meth:`TextEnv.expert_actions` (privileged plans for an oracle).
+    """
+
+    prompt_family: str = "generic"
+    is_math: bool = False
+    has_expert_plan: bool = False
+
+
 @dataclass
 class _Episode:
     """What the base class remembers about the running episode (all of it goes into checkpoints)."""
@@ -98,7 +118,9 @@ class TextEnv(gym.Env[str, str]):
     * ``_act(action) -> (observation, reward, terminated, info)`` — play one (already sanitised) action;
     * ``_save_state() / _load_state(state)`` — only for ``restore_kind = "native"``: a picklable snapshot of
       everything ``_act`` depends on, and its exact reinstatement;
-    * optionally ``canonical_observation(obs)`` when the engine's text is not byte-stable.
+    * optionally ``canonical_observation(obs)`` when the engine's text is not byte-stable;
+    * what the env is, for the layers above (:class:`EnvInfo`): ``prompt_family``, ``is_math``, and
+      ``expert_actions(task_id)`` where the env knows a winning plan.
 
     The ``info`` dicts a subclass returns must contain ``admissible_actions``, ``won`` and ``score``; the base
     class adds ``task_id``, ``task`` and ``step``.
@@ -110,6 +132,10 @@ class TextEnv(gym.Env[str, str]):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"]}
     restore_kind: ClassVar[RestoreKind] = "native"
+    #: What the env declares for the layers above (see :class:`EnvInfo`): set these in a subclass, and override
+    #: :meth:`expert_actions` where the env knows a winning plan. Nothing above ``r3l_envs`` asks an env's name.
+    prompt_family: ClassVar[str] = "generic"
+    is_math: ClassVar[bool] = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> TextEnv:
         env = super().__new__(cls)
@@ -143,6 +169,21 @@ class TextEnv(gym.Env[str, str]):
 
     def _load_state(self, state: Any) -> None:
         raise NotImplementedError(f"{type(self).__name__} declares native restore but has no _load_state")
+
+    def expert_actions(self, task_id: str) -> list[str] | None:
+        """Privileged: actions that win ``task_id`` from its start (for a math env, one: the reference answer),
+        or ``None`` where the env has no expert. May reset this env to ``task_id``: call it on an idle instance.
+        """
+        return None
+
+    @classmethod
+    def declaration(cls) -> EnvInfo:
+        """What this env class declares (:class:`EnvInfo`); read without making an env."""
+        return EnvInfo(
+            prompt_family=cls.prompt_family,
+            is_math=cls.is_math,
+            has_expert_plan=cls.expert_actions is not TextEnv.expert_actions,
+        )
 
     def canonical_observation(self, observation: str) -> str:
         """The form of an observation that identical states share (identity unless the engine is unstable)."""

@@ -8,12 +8,20 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator
 
-__all__ = ["NAMESPACE", "list_envs", "register_envs"]
+from r3l_envs.core import EnvInfo, TextEnv
+
+__all__ = ["NAMESPACE", "env_info", "list_envs", "register_envs"]
 
 NAMESPACE = "r3l"
 
-# id -> (entry point, default kwargs, max_episode_steps). One line per env; nothing else to edit to add one.
+# id -> (entry point, default kwargs, max_episode_steps). One line per env; nothing else to edit to add one: what the
+# env is (prompt family, math or not, expert plan) is declared by its class (``TextEnv``, ``EnvInfo``).
+# max_episode_steps is the env's own episode limit (gymnasium's TimeLimit), kept as the engines set it for anyone who
+# makes the env: ALFWorld 50 (its base config's max_nb_steps_per_episode), ScienceWorld 100 (its envStepLimit).
+# A training budget is the learner's: the ``paper-*`` presets (r3l_learn/presets.py) stop episodes at the R3L
+# paper's 25 (ALFWorld) / 15 (WebShop) / 30 (ScienceWorld) turns with ``max_turns``.
 _ENVS: dict[str, tuple[str, dict[str, Any], int | None]] = {
     "Countdown-v0": ("r3l_envs.math.envs:CountdownEnv", {}, None),
     "GSMSymbolic-v0": ("r3l_envs.math.envs:GSMSymbolicEnv", {}, None),
@@ -39,3 +47,23 @@ def register_envs() -> None:
 def list_envs() -> list[str]:
     """The registered r3l ids, sorted, e.g. ``["r3l/CHAMP-v0", "r3l/Countdown-v0", ...]``."""
     return sorted(env_id for env_id in gym.registry if env_id.startswith(f"{NAMESPACE}/"))
+
+
+def env_info(env: str | gym.Env) -> EnvInfo:
+    """What an env declares (:class:`~r3l_envs.core.EnvInfo`): by registered id, without making the env (its
+    class is imported, no engine is started), or from an env made with ``gym.make`` or directly.
+
+    Envs that are not :class:`~r3l_envs.core.TextEnv` (or ids registered with a factory function rather than a
+    class) declare nothing: they get ``EnvInfo()`` (the generic prompt family, not math, no expert plan).
+
+    Raises:
+        gymnasium.error.Error: ``env`` is an id that is not registered (with gymnasium's "did you mean").
+    """
+    if isinstance(env, str):
+        entry_point = gym.spec(env).entry_point
+        cls = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    else:
+        cls = type(env.unwrapped)
+    if isinstance(cls, type) and issubclass(cls, TextEnv):
+        return cls.declaration()
+    return EnvInfo()

@@ -3,14 +3,22 @@
 It makes small models useful and isolates the learning algorithm from reflection quality (R3L.md §1).
 What it knows, per env (read from the env itself, never hard-coded):
 
-- math envs: ``env.unwrapped.reference_answer()``; each turn's ``info["correct"]`` says which attempts failed.
-  The pivot is the first attempt that was not correct.
-- TextWorld ``walkthrough()``, ALFWorld ``expert_plan()`` (read right after a reset: the plan from the start),
-  ScienceWorld ``gold_actions(task_id)``, WebShop ``r3l_envs.webshop.oracle.oracle_actions`` (played on the
-  idle env instance). The pivot is the first turn whose action leaves the expert plan (an unusable reply
-  counts as leaving it). Deviating is not always wrong — another path may also work — so a trajectory that
-  won is judged only on length: ``success`` when it took no more steps than the plan, else
-  ``success_but_inefficient`` with the first deviation as pivot.
+- Every env that declares an expert (``r3l_envs.env_info(env).has_expert_plan``) gives its plan with
+  ``env.unwrapped.expert_actions(task_id)``, on the idle env instance of the request (TextWorld's walkthrough,
+  ALFWorld's planner, ScienceWorld's gold path, WebShop's scripted shopper, a math env's reference answer).
+- Math envs (``env_info(env).is_math``): the plan is the reference answer; each turn's ``info["correct"]`` says
+  which attempts failed. Which failed attempt is the pivot is ``math_pivot``: ``"last_wrong"`` (the default)
+  keeps the earlier failed attempts and their feedback as the retry's shared prefix and retries the last one,
+  so pivotal credit applies; ``"first_wrong"`` (the rule before) restarts at the first wrong attempt, which on
+  math is always attempt 0 (only an episode's last attempt can be correct), so nothing is shared.
+- Other envs: the pivot is the first turn whose action leaves the expert plan (an unusable reply counts as
+  leaving it). Deviating is not always wrong — another path may also work — so a trajectory that won is judged
+  only on length: ``success`` when it took no more steps than the plan, else ``success_but_inefficient`` with
+  the first deviation as pivot.
+
+Each reflection records the rule that chose its pivot in ``Reflection.pivot_rule`` (``"first_deviation"``,
+``"last_wrong"`` or ``"first_wrong"``), which the reflect-retry wrapper keeps in the base's
+``metadata["reflection"]`` and in the retry's ``metadata["pivot_rule"]``.
 
 What the guidance may contain (the oracle uses privileged knowledge to *diagnose*; how much of it reaches the
 retry's context is a choice): by default the guidance names **the expert's next action(s)** at the pivot
@@ -28,36 +36,33 @@ import logging
 import math
 from collections.abc import Sequence
 from functools import partial
+from typing import Literal
 
 import gymnasium as gym
 
+import r3l_envs
 from wrappers.data import Trajectory
 from wrappers.envops import EnvOps
 from wrappers.reflection import Reflection, ReflectionRequest, reflection_messages
 from wrappers.rollout import DEFAULT_ENV_WORKERS
 
-__all__ = ["OracleReflector", "expert_plan"]
+__all__ = ["MATH_PIVOT_RULES", "OracleReflector", "expert_plan"]
 
 logger = logging.getLogger(__name__)
 
 
+#: How the math oracle picks the pivot among the failed attempts (see the module docstring).
+MATH_PIVOT_RULES = ("last_wrong", "first_wrong")
+
+
 def expert_plan(env: gym.Env, task_id: str) -> list[str] | None:
-    """The expert's actions that win ``task_id`` from its start, or ``None`` if the env offers none.
+    """The expert's actions that win ``task_id`` from its start, or ``None`` if the env declares no expert.
 
-    Resets ``env`` (an idle instance) to the task where the plan belongs to the episode."""
-    base = env.unwrapped
-    if hasattr(base, "gold_actions"):  # ScienceWorld: by task id, no reset needed
-        return list(base.gold_actions(task_id))
-    if hasattr(base, "walkthrough") or hasattr(base, "expert_plan"):
-        env.reset(options={"task_id": task_id})
-        return list(base.walkthrough() if hasattr(base, "walkthrough") else base.expert_plan())
-    if type(base).__name__ == "WebShopEnv":
-        from r3l_envs.webshop.oracle import oracle_actions
-
-        env.reset(options={"task_id": task_id})
-        _, actions = oracle_actions(env)
-        return actions
-    return None
+    Reads ``env.unwrapped.expert_actions`` (the env contract); it may reset ``env``, so pass an idle instance."""
+    if not r3l_envs.env_info(env).has_expert_plan:
+        return None
+    plan = env.unwrapped.expert_actions(task_id)
+    return None if plan is None else list(plan)
 
 
 def _task_key(req: ReflectionRequest) -> tuple[str, str]:
@@ -90,31 +95,41 @@ class OracleReflector:
     Args:
         reveal_answer: math only: put the reference answer in the guidance (default ``False``).
         reveal_steps: plan envs: how many expert actions from the pivot on the guidance names (default 1).
+        math_pivot: math only: ``"last_wrong"`` (retry the last failed attempt, the earlier ones shared) or
+            ``"first_wrong"`` (restart at the first failed attempt); see :data:`MATH_PIVOT_RULES`.
         workers: expert plans are computed once per task of a batch, in this many threads (one per idle env;
             ScienceWorld's gold path takes about a second of JVM time); 1 computes them serially.
     """
 
     name = "oracle"
 
-    def __init__(self, *, reveal_answer: bool = False, reveal_steps: int = 1, workers: int = DEFAULT_ENV_WORKERS):
+    def __init__(
+        self,
+        *,
+        reveal_answer: bool = False,
+        reveal_steps: int = 1,
+        math_pivot: Literal["last_wrong", "first_wrong"] = "last_wrong",
+        workers: int = DEFAULT_ENV_WORKERS,
+    ):
         if reveal_steps < 0:
             raise ValueError(f"reveal_steps must be >= 0, got {reveal_steps}")
+        if math_pivot not in MATH_PIVOT_RULES:
+            raise ValueError(f"math_pivot must be one of {MATH_PIVOT_RULES}, got {math_pivot!r}")
         if workers < 1:
             raise ValueError(f"workers must be >= 1 (1 computes plans serially), got {workers}")
         self.reveal_answer = reveal_answer
         self.reveal_steps = reveal_steps
+        self.math_pivot = math_pivot
         self.workers = workers
 
     def reflect(self, requests: Sequence[ReflectionRequest]) -> list[Reflection]:
-        plans = self._plans(
-            [r for r in requests if r.env is not None and not hasattr(r.env.unwrapped, "reference_answer")]
-        )
+        plans = self._plans([r for r in requests if r.env is not None])
         out = []
         for req in requests:
             if req.env is None:
                 refl = Reflection(None, None, error="no_plan")
-            elif hasattr(req.env.unwrapped, "reference_answer"):
-                refl = self._math(req.trajectory, req.env)
+            elif r3l_envs.env_info(req.env).is_math:
+                refl = self._math(req.trajectory, plans[_task_key(req)])
             else:
                 refl = self._plan(req.trajectory, plans[_task_key(req)])
             refl.source = self.name
@@ -126,14 +141,15 @@ class OracleReflector:
         return out
 
     # ------------------------------------------------------------------ math
-    def _math(self, traj: Trajectory, env: gym.Env) -> Reflection:
-        env.reset(options={"task_id": traj.task_id})
-        reference = env.unwrapped.reference_answer()
+    def _math(self, traj: Trajectory, plan: list[str] | None) -> Reflection:
+        if not plan:
+            return Reflection(None, None, error="no_plan")
+        reference = plan[0]
         wrong = [i for i, t in enumerate(traj.turns) if not t.info.get("correct", False)]
         summary = f"The agent made {traj.num_turns} attempt(s); {len(wrong)} were not correct."
         if not wrong:
             return Reflection("success", None, summary=summary)
-        pivot = wrong[0]
+        pivot = wrong[-1] if self.math_pivot == "last_wrong" else wrong[0]
         outcome = "success_but_inefficient" if traj.won else "failure"
         turn = traj.turns[pivot]
         if turn.action is None:
@@ -147,7 +163,7 @@ class OracleReflector:
             given, gold = _number(turn.action), _number(reference)
             if given is not None and gold is not None and given != gold:
                 fix += f" The correct value is {'larger' if gold > given else 'smaller'} than {turn.action.strip()}."
-        return Reflection(outcome, pivot, summary=summary, root_cause=cause, suggestion=fix)
+        return Reflection(outcome, pivot, summary=summary, root_cause=cause, suggestion=fix, pivot_rule=self.math_pivot)
 
     # ------------------------------------------------------------------ expert plans
     def _plans(self, requests: Sequence[ReflectionRequest]) -> dict[tuple[str, str], list[str] | None]:
@@ -185,4 +201,6 @@ class OracleReflector:
             fix = "From here, do: " + ", then ".join(repr(a) for a in ahead) + "."
         else:
             fix = "Reconsider this step: it does not bring you closer to the goal."
-        return Reflection(outcome, pivot, summary=summary, root_cause=cause, suggestion=fix)
+        return Reflection(
+            outcome, pivot, summary=summary, root_cause=cause, suggestion=fix, pivot_rule="first_deviation"
+        )

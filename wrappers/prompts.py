@@ -1,15 +1,20 @@
 """Prompt templates: one per env family (math, text games, web shopping), never one per algorithm.
 
-A template turns the env's text into chat messages: a system prompt with the family's rules, the action
-grammar and the answer format; the first observation (with the task) as the first user turn; every later
-observation (or parse feedback) as a user turn. Admissible actions, where the env has them, are listed.
+An env declares its family (``prompt_family`` on ``r3l_envs.TextEnv``); :func:`template_for` reads that
+declaration, never the env's name. A template turns the env's text into chat messages: a system prompt with the
+family's rules, the action grammar and the answer format; the first observation (with the task) as the first user
+turn; every later observation (or parse feedback) as a user turn. Admissible actions, where the env has them, are
+listed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+import gymnasium as gym
+
+import r3l_envs
 from wrappers.parsing import AnswerFormat
 
 __all__ = ["FAMILIES", "PromptTemplate", "template_for"]
@@ -114,27 +119,23 @@ FAMILIES: dict[str, PromptTemplate] = {
     ),
 }
 
-# env id (without namespace and version) -> family
-_ENV_FAMILY = {
-    "Countdown": "math",
-    "GSMSymbolic": "math",
-    "CHAMP": "math",
-    "GSM8K": "math",
-    "MATH500": "math",
-    "OlympiadBench": "math",
-    "TextWorld": "textgame",
-    "ALFWorld": "textgame",
-    "ScienceWorld": "textgame",
-    "WebShop": "webshop",
-}
 
+def template_for(env: gym.Env | str | None, answer: AnswerFormat | None = None) -> PromptTemplate:
+    """The template of the prompt family an env declares (``r3l_envs.env_info``), from the env or its registered
+    id (e.g. ``r3l/ALFWorld-v0``); ``generic`` for an env that declares none and for an id that is not registered
+    (e.g. a trajectory's ``env_id`` from an env made without ``gym.make``).
 
-def template_for(env_id: str | None, answer: AnswerFormat | None = None) -> PromptTemplate:
-    """The family template for a registered id like ``r3l/ALFWorld-v0`` (``generic`` for unknown ids)."""
-    name = (env_id or "").rsplit("/", 1)[-1].rsplit("-v", 1)[0]
-    template = FAMILIES[_ENV_FAMILY.get(name, "generic")]
-    if answer is not None:
-        from dataclasses import replace
-
-        template = replace(template, answer=answer)
-    return template
+    Raises:
+        ValueError: the env declares a family that is not in :data:`FAMILIES`.
+    """
+    if env is None or (isinstance(env, str) and env not in gym.registry):
+        family = "generic"
+    else:
+        family = r3l_envs.env_info(env).prompt_family
+    if family not in FAMILIES:
+        raise ValueError(
+            f"{env!r} declares prompt family {family!r}, which wrappers.prompts.FAMILIES does not have "
+            f"({', '.join(sorted(FAMILIES))}): declare one of those, or add a PromptTemplate for it to FAMILIES"
+        )
+    template = FAMILIES[family]
+    return template if answer is None else replace(template, answer=answer)

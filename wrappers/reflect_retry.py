@@ -186,6 +186,7 @@ class ReflectRetry:
             base.metadata["retried"] = True
             won = beats(retry, base, cfg.success_threshold)
             retry.metadata["beat_base"] = won
+            retry.metadata["pivot_rule"] = "scratch" if cfg.restart == "scratch" else refl.pivot_rule
             stats[g].retry(retry, won, cfg.success_threshold)
             if cfg.pivotal_credit:
                 base.loss_mask = pivotal_mask(base, retry.pivot)

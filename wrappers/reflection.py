@@ -76,6 +76,8 @@ class Reflection:
         prompt: the chat messages the reflector was given (empty for an oracle that reads the env instead).
         token_ids, logprobs: the ids a model reflector generated and their log-probs (after any prefill, so they
             are exactly ``text`` only without one).
+        pivot_rule: the rule that chose ``pivot`` when a reflector applied one (the oracle's
+            ``first_deviation``, ``last_wrong``, ``first_wrong``); ``None``: the reflector's own judgement.
     """
 
     outcome: str | None
@@ -90,6 +92,7 @@ class Reflection:
     prompt: list[dict[str, str]] = field(default_factory=list)
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    pivot_rule: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -50,6 +50,7 @@ class ALFWorldEnv(TextEnv):
     """
 
     restore_kind = "native"
+    prompt_family = "textgame"
 
     def __init__(
         self,
@@ -110,6 +111,11 @@ class ALFWorldEnv(TextEnv):
         super()._restore_state(state, via=via, rollback=rollback)
 
     # ------------------------------------------------------------------ privileged information
+    def expert_actions(self, task_id: str) -> list[str]:
+        """The plan that wins ``task_id`` from its start (resets this env to that task)."""
+        self.reset(options={"task_id": task_id})
+        return self.expert_plan()
+
     def expert_plan(self) -> list[str]:
         """Commands that win from the current state (privileged: for oracles and tests).
 

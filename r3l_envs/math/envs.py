@@ -51,6 +51,8 @@ class MathEnv(TextEnv):
     """
 
     restore_kind = "native"
+    prompt_family = "math"
+    is_math = True
 
     def __init__(
         self,
@@ -90,6 +92,11 @@ class MathEnv(TextEnv):
         if self._task is None:
             raise RuntimeError("no task yet: call reset() first")
         return self._task.reference
+
+    def expert_actions(self, task_id: str) -> list[str]:
+        """The one action that wins ``task_id``: its reference answer (privileged; the env is left as it is)."""
+        self.validate_task_id(task_id)
+        return [self.source.task(task_id).reference]
 
     # ------------------------------------------------------------------ TextEnv hooks
     def _start(self, task_id: str) -> tuple[str, str, dict[str, Any]]:

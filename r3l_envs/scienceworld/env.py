@@ -77,6 +77,7 @@ class ScienceWorldEnv(TextEnv):
     """
 
     restore_kind = "replay"
+    prompt_family = "textgame"
 
     def __init__(
         self,
@@ -201,6 +202,10 @@ class ScienceWorldEnv(TextEnv):
         if self._loaded is None or self._episode is None:
             raise EngineError("no episode is running: call reset() first")
         return self._valid_actions()
+
+    def expert_actions(self, task_id: str) -> list[str]:
+        """The gold action sequence of ``task_id`` (:meth:`gold_actions`; no reset needed)."""
+        return self.gold_actions(task_id)
 
     def gold_actions(self, task_id: str | None = None) -> list[str]:
         """ScienceWorld's gold action sequence for ``task_id`` (default: the current task), after the first look.

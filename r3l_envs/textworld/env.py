@@ -91,6 +91,7 @@ class TextWorldEnv(TextEnv):
     """
 
     restore_kind = "native"
+    prompt_family = "textgame"
 
     def __init__(
         self,
@@ -186,6 +187,11 @@ class TextWorldEnv(TextEnv):
             raise RuntimeError("call reset() first: the walkthrough belongs to the current task")
         walk = self._game.metadata.get("walkthrough") or self._game.main_quest.commands
         return list(walk)
+
+    def expert_actions(self, task_id: str) -> list[str]:
+        """The walkthrough of ``task_id`` (resets this env to that task)."""
+        self.reset(options={"task_id": task_id})
+        return self.walkthrough()
 
     # ------------------------------------------------------------------ internals
     def _load(self, task_id: str) -> None:

@@ -17,6 +17,7 @@ from r3l_envs.core import TextEnv
 from r3l_envs.splits import NumberedIds
 from r3l_envs.webshop import pages
 from r3l_envs.webshop.catalogue import SOURCES, Catalogue, open_catalogue
+from r3l_envs.webshop.oracle import oracle_actions
 from r3l_envs.webshop.reward import purchase_reward
 
 __all__ = ["MAX_QUERY_CHARS", "Session", "WebShopEnv"]
@@ -56,6 +57,7 @@ class WebShopEnv(TextEnv):
     """
 
     restore_kind = "native"
+    prompt_family = "webshop"
 
     def __init__(
         self,
@@ -96,6 +98,13 @@ class WebShopEnv(TextEnv):
     def goal(self) -> dict[str, Any]:
         """The current goal record (instruction, attributes, options, price_upper, target asin, ...)."""
         return dict(self._goal)
+
+    def expert_actions(self, task_id: str) -> list[str]:
+        """The scripted shopper's actions for ``task_id`` (:func:`r3l_envs.webshop.oracle.oracle_actions`): it
+        resets this env to the task and plays them to the purchase."""
+        self.reset(options={"task_id": task_id})
+        _, actions = oracle_actions(self)
+        return actions
 
     def _start(self, task_id: str) -> tuple[str, str, dict[str, Any]]:
         goal_index = self._first + self._task_ids.index_of(task_id)

@@ -258,7 +258,8 @@ def countdown_solver(prompt_text):
 
 def test_oracle_drives_a_successful_countdown_retry():
     config = ReflectRetryConfig(group_size=4)
-    rr = ReflectRetry("r3l/Countdown-v0", scripted(countdown_solver), OracleReflector(reveal_answer=True), config)
+    oracle = OracleReflector(reveal_answer=True, math_pivot="first_wrong")  # last_wrong: test_math_pivot.py
+    rr = ReflectRetry("r3l/Countdown-v0", scripted(countdown_solver), oracle, config)
     groups = rr.collect(["countdown-train-000000", "countdown-train-000001"], seed=0)
     for g in groups:
         assert [(t.kind, t.won) for t in g.trajectories] == [("base", False), ("retry", True)] * 2
