@@ -242,10 +242,11 @@ def render_html(
     docstring). ``decode`` turns token ids into text for the token view (e.g. ``tokenizer.decode``). Items start
     folded when there are more than three."""
     esc = html.escape
-    body = [f"<h1>{esc(title)}</h1>", _summary_block(items), _controls(items)]
-    for n, item in enumerate(items, start=1):
+    for item in items:
         if not isinstance(item, (Trajectory, TrajectoryGroup)):
             raise TypeError(f"render_html shows Trajectory and TrajectoryGroup items, not {type(item).__name__}")
+    body = [f"<h1>{esc(title)}</h1>", _summary_block(items), _controls(items)]
+    for n, item in enumerate(items, start=1):
         body += _item(n, item, decode, open_=len(items) <= 3)
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"

@@ -77,3 +77,89 @@ def test_a_cut_turn_says_how_many_lines_it_hid():
     assert "… (16 more lines; --max-lines 0 shows all)" in text
     everything = render_text([traj], max_lines=0)
     assert "line 19" in everything and "more lines" not in everything
+
+
+def played(kind="base", *, won=False, turns=3, pivot=None, base=None, verdict=None):
+    """A trajectory as a collector leaves it: ``turns`` turns, reward 1 when won, a retry linked to its base."""
+    traj = Trajectory(
+        env_id="r3ltest/Corridor-v0",
+        task_id="t",
+        task="go",
+        kind=kind,
+        pivot=pivot,
+        base_id=base.id if base is not None else None,
+        turns=[Turn(observation="o", response="r", action="a") for _ in range(turns)],
+        reward=float(won),
+        won=won,
+    )
+    if verdict is not None:
+        traj.metadata["beat_base"] = verdict
+    return traj
+
+
+def test_the_summary_counts_retries_that_beat_their_base_and_the_mean_pivot():
+    from wrappers.data import TrajectoryGroup
+    from wrappers.show import outcome, summarize
+
+    lost, won, lost_again = played(turns=5), played(won=True, turns=4), played(turns=5)
+    groups = [
+        # no verdict in the file (an older collector): beats() decides, and a won retry beats a lost base
+        TrajectoryGroup("e", "a", [lost, played("retry", won=True, turns=4, pivot=2, base=lost)]),
+        # the collector's verdict stands: this retry won in fewer turns, but the collector said no
+        TrajectoryGroup("e", "b", [won, played("retry", won=True, turns=2, pivot=1, base=won, verdict=False)]),
+        TrajectoryGroup("e", "c", [lost_again, played("retry", turns=5, pivot=0, base=lost_again)]),
+    ]
+    plain = played(won=True)
+    assert [outcome(g).beaten for g in groups] == [1, 0, 0] and [outcome(g).won for g in groups] == [1, 1, 0]
+    s = summarize([*groups, plain])
+    assert (s.groups, s.groups_won, s.trajectories, s.bases, s.bases_won) == (3, 2, 1, 4, 2)
+    assert (s.retries, s.retries_won, s.retries_beat_base, s.mean_pivot) == (3, 2, 1, 1.0)
+    line = (
+        "summary: 3 groups (2 won), 1 plain trajectories, 4 bases (2 won), "
+        "3 retries (2 won, 1 beat their base), mean pivot 1.00"
+    )
+    assert render_text([*groups, plain]).splitlines()[0] == line
+    assert render_text([plain]).splitlines()[0] == "summary: 1 plain trajectories, 1 bases (1 won)"
+    no_pivot = summarize([TrajectoryGroup("e", "d", [played()])])
+    assert no_pivot.mean_pivot is None and no_pivot.line().endswith(
+        "0 retries (0 won, 0 beat their base), mean pivot n/a"
+    )
+
+
+def test_token_runs_cut_a_sequence_by_its_masks():
+    from wrappers.show_html import token_runs
+
+    agent, loss = [0, 0, 1, 1, 1, 0, 1, 0], [0, 0, 0, 1, 1, 0, 1, 1]
+    assert token_runs(agent, loss) == [
+        ("tk-ctx", 0, 2),
+        ("tk-masked", 2, 3),
+        ("tk-train", 3, 5),
+        ("tk-ctx", 5, 6),
+        ("tk-train", 6, 7),
+        ("tk-odd", 7, 8),  # trained but not the agent's: shown, in red, rather than hidden
+    ]
+    assert token_runs([], []) == []
+    with pytest.raises(ValueError, match="agent_mask has 2 tokens but loss_mask 1"):
+        token_runs([1, 1], [1])
+
+
+def test_the_token_view_without_a_tokenizer_shows_replies_and_context_lengths():
+    import re
+
+    traj = played(turns=2)
+    traj.turns[0].response, traj.turns[0].token_ids, traj.turns[0].span = "<action>a</action>", [7, 8], (3, 5)
+    traj.turns[1].response, traj.turns[1].token_ids, traj.turns[1].span = "<action>b</action>", [9], (6, 7)
+    traj.token_ids = [1, 2, 3, 7, 8, 4, 9]
+    traj.agent_mask = [0, 0, 0, 1, 1, 0, 1]
+    traj.loss_mask = [0, 0, 0, 0, 0, 0, 1]  # turn 0 masked (as before a pivot)
+    page = render_html([traj])
+    spans = re.findall(r"<span class='(tk-[a-z]+)' data-n='(\d+)'[^>]*>([^<]*)</span>", page)
+    assert spans == [
+        ("tk-ctx", "3", "⟨3 tokens⟩"),
+        ("tk-masked", "2", "&lt;action&gt;a&lt;/action&gt;"),
+        ("tk-ctx", "1", "⟨1 tokens⟩"),
+        ("tk-train", "1", "&lt;action&gt;b&lt;/action&gt;"),
+    ]
+    assert "7 tokens, 1 trainable" in page
+    with pytest.raises(TypeError, match="not str"):
+        render_html(["not a trajectory"])
