@@ -1,12 +1,16 @@
 """Advantage estimators: pure functions of per-trajectory rewards and group membership, in a registry.
 
-Every estimator has the same keyword signature, ``fn(rewards, group_index, **hyper) -> advantages``:
+Every estimator has the same signature, ``fn(rewards, group_index, *, <hyperparameters>) -> advantages``:
 
 - ``rewards``: float tensor ``(n,)``, one episode reward per trajectory;
 - ``group_index``: long tensor ``(n,)``, which group (task) each trajectory belongs to (any integer labels);
+- each hyperparameter is a keyword-only argument with its default: that is its declaration (the learner reads
+  names and defaults from the signature, ``ADVANTAGES.spec(name).hyper``, and ``r3l train --hyper NAME=VALUE``
+  sets any of them);
 - returns a float tensor ``(n,)``, one advantage per trajectory (broadcast over its tokens by the loss).
 
-Register your own with ``@register_advantage("name")``; the learner looks estimators up by name.
+Register your own with ``@register_advantage("name")`` and name it in an :class:`r3l_learn.algorithms.Algorithm`
+row; nothing else needs to know about it.
 """
 
 from __future__ import annotations
@@ -53,7 +57,8 @@ def r3l_advantage(
     ``α`` for a full success (``r >= max_reward``), ``α·A`` where ``A > 0``, and ``A`` otherwise.
 
     A group where every member succeeds still pushes them up (α each); an all-failure group of equal rewards
-    gets zero. The released code gives a full success 1 instead of α; we follow the paper.
+    gets zero. The released code gives a full success 1 instead of α; we follow the paper. The default α = 3 is
+    the paper's, and this signature is the only place it is written (the learner reads it from here).
     """
     r, dense = _check(rewards, group_index)
     a = r - group_mean(r, dense)
@@ -65,12 +70,19 @@ def r3l_advantage(
 @register_advantage("grpo")
 def grpo_advantage(rewards: torch.Tensor, group_index: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
     """GRPO: ``(r - mean) / (std + eps)`` within each group, with the unbiased (n-1) std as in TRL and verl.
-    A single-member group has no spread and gets 0."""
+
+    A group without spread (a single member, or all rewards equal) gets 0 for any ``eps >= 0``: its centred
+    rewards are 0 up to rounding, and dividing that rounding by ``std + eps`` would give NaN (``eps = 0``) or
+    arbitrary values instead.
+    """
+    if not eps >= 0:
+        raise ValueError(f"grpo's eps must be >= 0 (it keeps the std away from 0), got {eps}")
     r, dense = _check(rewards, group_index)
     centred = r - group_mean(r, dense)
     counts = _group_sizes(dense)
     var = group_mean(centred**2, dense) * counts / (counts - 1).clamp(min=1)
-    out = torch.where(counts > 1, centred / (var.sqrt() + eps), torch.zeros_like(r))
+    spread = _group_reduce(r, dense, "amax") - _group_reduce(r, dense, "amin")
+    out = torch.where(spread > 0, centred / (var.sqrt() + eps), torch.zeros_like(r))
     return out.to(rewards.dtype)
 
 
@@ -92,3 +104,10 @@ def raft_advantage(rewards: torch.Tensor, group_index: torch.Tensor, *, threshol
 
 def _group_sizes(dense: torch.Tensor) -> torch.Tensor:
     return torch.bincount(dense).double()[dense]
+
+
+def _group_reduce(values: torch.Tensor, dense: torch.Tensor, how: str) -> torch.Tensor:
+    """Each entry replaced by its group's ``how`` (``"amax"`` or ``"amin"``)."""
+    groups = int(dense.max()) + 1 if dense.numel() else 0
+    out = torch.zeros(groups, dtype=values.dtype).scatter_reduce(0, dense, values, how, include_self=False)
+    return out[dense]

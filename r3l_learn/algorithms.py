@@ -19,18 +19,24 @@ budget of N trajectories).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from r3l_learn.advantages import get_advantage
-from r3l_learn.losses import get_objective
+import torch
 
-__all__ = ["ALGORITHMS", "ABLATIONS", "Algorithm", "resolve_algorithm"]
+from r3l_learn.advantages import ADVANTAGES
+from r3l_learn.losses import OBJECTIVES
+
+__all__ = ["ALGORITHMS", "ABLATIONS", "Algorithm", "hyperparameter_help", "resolve_algorithm"]
 
 
 @dataclass(frozen=True)
 class Algorithm:
     """One learning algorithm, as a choice of parts.
+
+    Its hyperparameters are those its parts declare (:attr:`hyperparameters`): the learner reads them from the
+    registries, so a new part with a new hyperparameter needs no edit here or in the loop.
 
     Attributes:
         name: for logs and run names.
@@ -41,7 +47,10 @@ class Algorithm:
         restart: where retries start: ``"pivot"`` (R³L) or ``"scratch"`` (turn 0, the same guidance).
         aux_samples: train on the auxiliary reflection / guided-retry samples (SFT, weight ``aux_weight``).
         kl_coef: default weight of the KL penalty to the initial policy (the run's config may override it).
-        uses_alpha: the advantage takes R³L's amplification factor α.
+        aux_weight: λ of the auxiliary SFT term: a number, or the name of the hyperparameter it follows (R³L
+            sets λ = α, so ``"alpha"``). Read only where ``aux_samples``.
+        extra_hyper: hyperparameters the algorithm reads besides its parts', with their defaults (R³L without
+            amplification keeps α for λ although its advantage no longer takes it).
     """
 
     name: str
@@ -52,19 +61,102 @@ class Algorithm:
     restart: str = "pivot"
     aux_samples: bool = False
     kl_coef: float = 0.0
-    uses_alpha: bool = False
+    aux_weight: float | str = 0.0
+    extra_hyper: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        get_advantage(self.advantage)  # unknown names fail here, with the registered names listed
-        get_objective(self.objective)
+        declared = self.hyperparameters  # unknown part names and conflicting defaults fail here
+        if isinstance(self.aux_weight, str) and self.aux_weight not in declared:
+            raise ValueError(
+                f"algorithm {self.name!r}: aux_weight follows {self.aux_weight!r}, which is not one of its "
+                f"hyperparameters {sorted(declared)}"
+            )
 
-    def advantage_kwargs(self, alpha: float) -> dict[str, Any]:
-        return {"alpha": alpha} if self.uses_alpha else {}
+    @property
+    def hyperparameters(self) -> dict[str, Any]:
+        """Every hyperparameter the algorithm reads, with its default: its advantage's, its objective's (one
+        name declared by both is one value, so their defaults must agree) and its :attr:`extra_hyper`."""
+        merged = dict(self.extra_hyper)
+        for spec in (ADVANTAGES.spec(self.advantage), OBJECTIVES.spec(self.objective)):
+            for name, default in spec.hyper.items():
+                if name in merged and merged[name] != default:
+                    raise ValueError(
+                        f"algorithm {self.name!r}: hyperparameter {name!r} defaults to {merged[name]!r} in one part "
+                        f"and to {default!r} in {spec.name!r}; one name is one value, so rename one of them"
+                    )
+                merged[name] = default
+        return merged
+
+    def resolve_hyper(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The hyperparameter values of a run: the declared defaults with ``overrides`` applied.
+
+        Raises:
+            ValueError: an override names no hyperparameter of this algorithm, has the wrong type, or is a
+                value the advantage or objective rejects.
+        """
+        declared = self.hyperparameters
+        overrides = dict(overrides or {})
+        unknown = sorted(set(overrides) - set(declared))
+        if unknown:
+            raise ValueError(
+                f"{self.name} has no hyperparameter {', '.join(map(repr, unknown))}; its hyperparameters (with "
+                f"defaults) are {declared or 'none'}"
+            )
+        for name, value in overrides.items():
+            if not _same_kind(declared[name], value):
+                raise ValueError(
+                    f"hyperparameter {name!r} of {self.name} takes a {type(declared[name]).__name__} like its "
+                    f"default {declared[name]!r}, got {value!r}"
+                )
+        hyper = {**declared, **overrides}
+        for name, default in declared.items():  # 2 -> 2.0 where the default is a float, as the CLI may give ints
+            if isinstance(default, float):
+                hyper[name] = float(hyper[name])
+        self._try(hyper)
+        return hyper
+
+    def advantage_kwargs(self, hyper: Mapping[str, Any]) -> dict[str, Any]:
+        """The keyword arguments of the advantage estimator, from resolved hyperparameters."""
+        return ADVANTAGES.spec(self.advantage).kwargs(hyper)
+
+    def objective_kwargs(self, hyper: Mapping[str, Any]) -> dict[str, Any]:
+        """The keyword arguments of the objective, from resolved hyperparameters."""
+        return OBJECTIVES.spec(self.objective).kwargs(hyper)
+
+    def aux_weight_value(self, hyper: Mapping[str, Any]) -> float:
+        """λ for resolved hyperparameters; 0 when the algorithm trains no auxiliary samples."""
+        if not self.aux_samples:
+            return 0.0
+        return float(hyper[self.aux_weight] if isinstance(self.aux_weight, str) else self.aux_weight)
+
+    def _try(self, hyper: Mapping[str, Any]) -> None:
+        """Call both parts once on a two-member group, so that a value they reject fails when the run is
+        configured rather than after its first collection."""
+        props = OBJECTIVES.spec(self.objective).properties
+        logp = torch.full((2, 1), -1.0)
+        extra = {"old_logprobs": logp if props.uses_ratio else None}
+        if props.needs_reference:
+            extra["ref_logprobs"] = logp
+        try:
+            adv = ADVANTAGES.get_fn(self.advantage)(
+                torch.tensor([0.0, 1.0], dtype=torch.float64), torch.tensor([0, 0]), **self.advantage_kwargs(hyper)
+            )
+            OBJECTIVES.get_fn(self.objective)(logp, advantages=adv, **extra, **self.objective_kwargs(hyper))
+        except ValueError as exc:
+            raise ValueError(f"{self.name}: {exc}") from exc
+
+
+def _same_kind(default: Any, value: Any) -> bool:
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(default, bool) and isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    return isinstance(value, type(default))
 
 
 ALGORITHMS: dict[str, Algorithm] = {
     "r3l": Algorithm(
-        "r3l", "r3l", "reinforce", reflect_retry=True, pivotal_credit=True, aux_samples=True, uses_alpha=True
+        "r3l", "r3l", "reinforce", reflect_retry=True, pivotal_credit=True, aux_samples=True, aux_weight="alpha"
     ),
     # GRPO as the R³L paper runs it: group-normalised advantages, PPO clip 0.2 and a k3 KL (coefficient 0.001,
     # Trinity-RFT's default).
@@ -76,7 +168,11 @@ ALGORITHMS: dict[str, Algorithm] = {
 #: ablation flag -> how it changes R³L
 ABLATIONS = {
     "no_pivot_credit": {"pivotal_credit": False},
-    "no_amplification": {"advantage": "mean_baseline", "uses_alpha": False},
+    # λ keeps following α (R³L's, default included) when the advantage stops reading it
+    "no_amplification": {
+        "advantage": "mean_baseline",
+        "extra_hyper": {"alpha": ALGORITHMS["r3l"].hyperparameters["alpha"]},
+    },
     "no_reflect_retry": {"reflect_retry": False, "pivotal_credit": False, "aux_samples": False},
     "retry_from_scratch": {"restart": "scratch"},
 }
@@ -96,3 +192,14 @@ def resolve_algorithm(name: str, ablations: tuple[str, ...] | list[str] = ()) ->
     if ablations:
         algo = replace(algo, name="-".join([name, *(f.replace("_", "-") for f in ablations)]))
     return algo
+
+
+def hyperparameter_help(name: str) -> str:
+    """Which registered parts declare the hyperparameter ``name``, with their defaults (for ``--help`` texts)."""
+    found = [
+        f"{spec.name} {kind}: {spec.hyper[name]!r}"
+        for kind, registry in (("advantage", ADVANTAGES), ("objective", OBJECTIVES))
+        for spec in map(registry.spec, sorted(registry))
+        if name in spec.hyper
+    ]
+    return ", ".join(found) if found else "no registered part declares it"

@@ -6,8 +6,9 @@ Any group source works — :class:`wrappers.ReflectRetry`, plain sampling, or gr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -47,10 +48,13 @@ class Row:
         return int(sum(self.loss_mask))
 
 
-def rows_from_groups(groups: Sequence[TrajectoryGroup], algorithm: Algorithm, *, alpha: float = 3.0) -> list[Row]:
+def rows_from_groups(
+    groups: Sequence[TrajectoryGroup], algorithm: Algorithm, *, hyper: Mapping[str, Any] | None = None
+) -> list[Row]:
     """Policy rows (every trajectory's sequences with its advantage) followed by the auxiliary rows.
 
-    Advantages are computed over each group's trajectories with ``algorithm.advantage``. A trajectory with a
+    Advantages are computed over each group's trajectories with ``algorithm.advantage``, its hyperparameters at
+    their declared defaults except where ``hyper`` sets them (e.g. ``{"alpha": 2.0}``). A trajectory with a
     windowed history contributes one row per turn, all with the trajectory's advantage; one stopped before its
     first reply has no training sequence and no row (it still counts in its group's advantages).
     """
@@ -62,7 +66,8 @@ def rows_from_groups(groups: Sequence[TrajectoryGroup], algorithm: Algorithm, *,
     if not rewards:
         return []
     fn = get_advantage(algorithm.advantage)
-    adv = fn(torch.tensor(rewards, dtype=torch.float64), torch.tensor(index), **algorithm.advantage_kwargs(alpha))
+    kwargs = algorithm.advantage_kwargs(algorithm.resolve_hyper(hyper))
+    adv = fn(torch.tensor(rewards, dtype=torch.float64), torch.tensor(index), **kwargs)
     rows, k = [], 0
     for g, group in enumerate(groups):
         for traj in group.trajectories:

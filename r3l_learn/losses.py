@@ -4,17 +4,26 @@ An objective maps the current log-probs of the target tokens to a per-token loss
 masks or batch shape beyond broadcasting. Aggregation (token-mean or sequence-mean over the loss mask) is a
 separate choice, so "PPO-clip, sequence-mean" and "REINFORCE, token-mean" are two picks, not two losses.
 
-Every objective has the signature ``fn(logprobs, *, advantages, old_logprobs, **hyper) -> loss``:
+Every objective has the signature ``fn(logprobs, *, advantages, old_logprobs, <hyperparameters>) -> loss``:
 
 - ``logprobs``: ``(B, T)`` log π_θ(y_t | context), with gradient;
 - ``advantages``: ``(B,)`` per sequence (broadcast over tokens) or ``(B, T)`` per token;
-- ``old_logprobs``: ``(B, T)`` log-probs of the policy that sampled the tokens, or ``None``;
+- ``old_logprobs``: ``(B, T)`` log-probs of the policy that sampled the tokens; the learner passes them only to
+  an objective registered with ``uses_ratio=True`` (``None`` otherwise);
+- ``ref_logprobs``: ``(B, T)`` log-probs of the reference (initial) policy, passed only to an objective
+  registered with ``needs_reference=True``, which must take this keyword;
+- each hyperparameter is a keyword-only argument with its default (its declaration, as for advantages);
 - returns the per-token loss ``(B, T)`` (to be minimised).
+
+What the learner must know about an objective is declared at registration (:class:`ObjectiveProperties`).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 
@@ -25,6 +34,7 @@ __all__ = [
     "OBJECTIVES",
     "KL_ESTIMATORS",
     "ObjectiveFn",
+    "ObjectiveProperties",
     "aggregate",
     "get_objective",
     "kl_penalty",
@@ -32,11 +42,44 @@ __all__ = [
 ]
 
 ObjectiveFn = Callable[..., torch.Tensor]
+F = TypeVar("F", bound=Callable)
+
+
+@dataclass(frozen=True)
+class ObjectiveProperties:
+    """What the learner must know about an objective (declared at registration).
+
+    Attributes:
+        uses_ratio: it reads ``old_logprobs`` (an importance ratio to the sampling policy), so it receives them.
+        needs_reference: it reads ``ref_logprobs``, so the learner keeps a reference policy and passes them.
+        skip_zero_advantage: a row whose advantage is 0 adds nothing to its loss or gradient, so the learner may
+            skip such rows (it still counts them in the denominators, and keeps them when a KL term is on).
+    """
+
+    uses_ratio: bool = False
+    needs_reference: bool = False
+    skip_zero_advantage: bool = False
+
 
 #: name -> per-token objective
-OBJECTIVES = Registry("objective")
-register_objective = OBJECTIVES.register
+OBJECTIVES = Registry("objective", ObjectiveProperties, data_keywords=("advantages", "old_logprobs", "ref_logprobs"))
 get_objective = OBJECTIVES.get_fn
+
+
+def register_objective(name: str, **properties: Any) -> Callable[[F], F]:
+    """Decorator: register an objective under ``name`` with its :class:`ObjectiveProperties` flags, e.g.
+    ``@register_objective("ppo_clip", uses_ratio=True, skip_zero_advantage=True)``."""
+    add = OBJECTIVES.register(name, **properties)
+
+    def checked(fn: F) -> F:
+        params = inspect.signature(fn).parameters
+        for flag, keyword in (("uses_ratio", "old_logprobs"), ("needs_reference", "ref_logprobs")):
+            if properties.get(flag) and keyword not in params:
+                raise ValueError(f"objective {name!r} declares {flag}=True but takes no {keyword!r} argument")
+        return add(fn)
+
+    return checked
+
 
 AGGREGATIONS = ("token_mean", "seq_mean")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -52,7 +95,7 @@ def _per_token(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return advantages.to(like.dtype)
 
 
-@register_objective("reinforce")
+@register_objective("reinforce", skip_zero_advantage=True)
 def reinforce(
     logprobs: torch.Tensor, *, advantages: torch.Tensor, old_logprobs: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -64,7 +107,7 @@ def reinforce(
     return -_per_token(advantages, logprobs) * logprobs
 
 
-@register_objective("ppo_clip")
+@register_objective("ppo_clip", uses_ratio=True, skip_zero_advantage=True)
 def ppo_clip(
     logprobs: torch.Tensor,
     *,
@@ -75,6 +118,8 @@ def ppo_clip(
     """PPO's clipped surrogate ``-min(ρ·Â, clip(ρ, 1-ε, 1+ε)·Â)`` with ``ρ = exp(log π_θ - log π_old)``."""
     if old_logprobs is None:
         raise ValueError("ppo_clip needs old_logprobs (the log-probs of the policy that sampled the tokens)")
+    if not clip >= 0:
+        raise ValueError(f"ppo_clip's clip must be >= 0 (the ratio is kept in [1 - clip, 1 + clip]), got {clip}")
     adv = _per_token(advantages, logprobs)
     ratio = torch.exp(logprobs - old_logprobs.to(logprobs.dtype))
     return -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)

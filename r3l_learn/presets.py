@@ -24,7 +24,6 @@ _PAPER: dict[str, Any] = {
     "lr": 1e-6,
     "weight_decay": 0.01,
     "grad_clip": 1.0,
-    "alpha": 3.0,
     "device": "cuda",
     "dtype": "auto",
     "gradient_checkpointing": True,

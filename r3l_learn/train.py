@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from r3l_learn.algorithms import ABLATIONS, ALGORITHMS, Algorithm, resolve_algorithm
+from r3l_learn.algorithms import ABLATIONS, ALGORITHMS, Algorithm, hyperparameter_help, resolve_algorithm
 from r3l_learn.batch import Batch, rows_from_groups
 from r3l_learn.checkpoints import (
     ResumeError,
@@ -35,7 +35,7 @@ from r3l_learn.checkpoints import (
     save_checkpoint,
     set_rng_state,
 )
-from r3l_learn.cli_args import env_id_problem
+from r3l_learn.cli_args import env_id_problem, parse_kwargs
 from r3l_learn.collect import Collector, make_collector
 from r3l_learn.device import resolve_autocast
 from r3l_learn.errors import R3LLearnError
@@ -58,6 +58,10 @@ logger = logging.getLogger(__name__)
 RESUMABLE_CHANGES = frozenset(
     {"steps", "eval_every", "eval_episodes", "eval_before", "progress", "checkpoint_every", "save_final"}
 )
+
+
+#: config fields that are shorthands for a hyperparameter of the same name (any other goes through ``hyper``)
+HYPER_FLAGS = ("alpha", "clip", "eps")
 
 
 class TrainingDivergedError(R3LLearnError):
@@ -112,11 +116,24 @@ class TrainConfig:
         "free", "free text, or constrained: choose among the env's admissible actions by likelihood"
     )
     # objective
-    alpha: float = _f(3.0, "positive amplification α; the authors' sweep found 1-5 similar")
+    alpha: float | None = _f(
+        None, f"positive amplification α; the authors' sweep found 1-5 similar (None: {hyperparameter_help('alpha')})"
+    )
     aux_weight: float | None = _f(None, f"λ of the auxiliary SFT term; None: α ({_PAPER})")
     kl_coef: float | None = _f(None, "KL coefficient; None: the algorithm's default (0 for r3l, 0.001 for grpo)")
     kl_estimator: str = _f("k3", "KL estimator (r3l_learn.losses.kl_penalty)", choices=KL_ESTIMATORS)
-    clip: float = _f(0.2, "ppo_clip's ε")
+    clip: float | None = _f(None, f"ppo_clip's ε, the ratio kept in [1-ε, 1+ε] (None: {hyperparameter_help('clip')})")
+    eps: float | None = _f(
+        None, f"grpo's ε in (r - mean)/(std + ε), >= 0; equal rewards get 0 (None: {hyperparameter_help('eps')})"
+    )
+    hyper: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "any hyperparameter the algorithm's advantage or objective declares, e.g. threshold=0.5 for "
+            "raft (r3l_learn/advantages.py, losses.py); --alpha, --clip and --eps are shorthands",
+            "metavar": "NAME=VALUE",
+        },
+    )
     aggregation: str = _f("token_mean", f"loss aggregation ({_PAPER}: token mean)", choices=AGGREGATIONS)
     # optimiser: small models on CPU need a far higher lr than the paper's 1e-6 for 1.5B models
     lr: float = _f(1e-5, "AdamW learning rate (the paper's 1e-6 is for 1.5B models; small CPU models need more)")
@@ -194,8 +211,26 @@ class TrainConfig:
             problems.append(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
         if self.max_bad_steps < 1:
             problems.append(f"max_bad_steps must be >= 1, got {self.max_bad_steps}")
+        self.hyper = parse_kwargs(self.hyper)  # the CLI hands over NAME=VALUE pairs
+        if not problems:
+            try:
+                self.hyper_values()
+            except ValueError as exc:
+                problems.append(str(exc))
         if problems:
             raise ValueError("invalid TrainConfig:\n  - " + "\n  - ".join(problems))
+
+    def hyper_values(self) -> dict[str, Any]:
+        """The algorithm's hyperparameters for this run: the registered defaults, overridden by ``--alpha``,
+        ``--clip`` and ``--eps`` where the algorithm has them, then by ``--hyper``."""
+        declared = self.algorithm.hyperparameters
+        named = {n: getattr(self, n) for n in HYPER_FLAGS if getattr(self, n) is not None}
+        for name in sorted(set(named) - set(declared)):
+            logger.warning("--%s is not a hyperparameter of %s: ignored", name, self.algorithm.name)
+        both = sorted(set(named) & set(self.hyper))
+        if both:
+            raise ValueError(f"{both} given both as a flag and in --hyper: give each once")
+        return self.algorithm.resolve_hyper({**{k: v for k, v in named.items() if k in declared}, **self.hyper})
 
     @property
     def algorithm(self) -> Algorithm:
@@ -329,9 +364,9 @@ def _reflector(config: TrainConfig, policy: Any) -> Reflector | None:
     return PolicyReflector(load_policy(config.reflector, device=config.device, seed=config.seed))
 
 
-def _ref_fn(config: TrainConfig, model: Any, kl_coef: float) -> Any:
+def _ref_fn(config: TrainConfig, model: Any, needed: bool) -> Any:
     """Log-probs of the initial policy (KL reference): the adapters switched off for LoRA, else a frozen copy."""
-    if not kl_coef:
+    if not needed:
         return None
     ref = model if config.lora_rank else copy.deepcopy(model).eval().requires_grad_(False)
 
@@ -441,10 +476,11 @@ def train(config: TrainConfig, *, resume: bool = False) -> TrainResult:
     out = Path(config.out_dir)
     algo = config.algorithm
     kl_coef = algo.kl_coef if config.kl_coef is None else config.kl_coef
-    aux_weight = config.alpha if config.aux_weight is None else config.aux_weight
+    hyper = config.hyper_values()
+    aux_weight = algo.aux_weight_value(hyper) if config.aux_weight is None else config.aux_weight
     loss_config = LossConfig(
         objective=algo.objective,
-        objective_kwargs={"clip": config.clip} if algo.objective == "ppo_clip" else {},
+        objective_kwargs=algo.objective_kwargs(hyper),
         aggregation=config.aggregation,
         aux_weight=aux_weight if algo.aux_samples else 0.0,
         kl_coef=kl_coef,
@@ -460,7 +496,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> TrainResult:
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=config.lr, weight_decay=config.weight_decay
     )
-    ref_fn = _ref_fn(config, model, kl_coef)
+    ref_fn = _ref_fn(config, model, loss_config.needs_reference)
     train_env = gym.make(config.env, split=config.train_split, **config.env_kwargs)
     stream = TaskStream(train_env.unwrapped.task_ids, config.seed)
     train_env.close()
@@ -519,7 +555,7 @@ def train(config: TrainConfig, *, resume: bool = False) -> TrainResult:
                 model.eval()
                 groups = collector.collect(stream.take(config.tasks_per_step), seed=config.seed * 100_003 + step)
                 t1 = time.perf_counter()
-                rows = rows_from_groups(groups, algo, alpha=config.alpha)
+                rows = rows_from_groups(groups, algo, hyper=hyper)
                 with interrupts.critical():  # a Ctrl-C here waits until the step is applied and logged
                     model.train()
                     optimizer.zero_grad(set_to_none=True)

@@ -6,7 +6,9 @@
 ``agg_policy`` is the chosen aggregation over the loss-masked tokens of the policy rows (token-mean by
 default), with denominators taken over the *whole* batch, so any split into micro-batches gives the same
 loss and gradient (the accumulated sum equals the full-batch value). Rows whose advantage is 0 add nothing
-to a ratio-free objective and are skipped when no KL is asked for, but still count in the denominators.
+to an objective registered with ``skip_zero_advantage`` and are skipped when no KL is asked for, but still count
+in the denominators. What else the loss needs of an objective (old log-probs for a ratio, reference log-probs)
+is read from its registration, :class:`r3l_learn.losses.ObjectiveProperties`.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from typing import Any
 
 import torch
 
+from r3l_learn.algorithms import ALGORITHMS, Algorithm
 from r3l_learn.batch import Batch, Row, collate, micro_batches
 from r3l_learn.logprobs import sequence_logprobs
-from r3l_learn.losses import aggregate, get_objective, kl_penalty
+from r3l_learn.losses import AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, ObjectiveProperties, aggregate, kl_penalty
 
 __all__ = ["LossConfig", "UpdateStats", "accumulate_gradients", "batch_loss"]
 
@@ -29,17 +32,64 @@ __all__ = ["LossConfig", "UpdateStats", "accumulate_gradients", "batch_loss"]
 RefFn = Callable[[Batch], torch.Tensor]
 
 
+def _r3l_aux_weight() -> float:
+    """R³L's λ at its default hyperparameters (R3L.md §4 sets λ = α)."""
+    r3l = ALGORITHMS["r3l"]
+    return r3l.aux_weight_value(r3l.hyperparameters)
+
+
 @dataclass(frozen=True)
 class LossConfig:
-    """What the loss is made of (everything else about the algorithm lives in the rows)."""
+    """What the loss is made of (everything else about the algorithm lives in the rows).
+
+    :meth:`for_algorithm` builds one from an :class:`~r3l_learn.algorithms.Algorithm` and its hyperparameters.
+    """
 
     objective: str = "reinforce"
-    objective_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {"clip": 0.2} for ppo_clip
+    objective_kwargs: dict[str, Any] = field(default_factory=dict)  # hyperparameters, e.g. {"clip": 0.2}
     aggregation: str = "token_mean"
-    aux_weight: float = 3.0  # λ; R3L.md §4 sets it to α
+    aux_weight: float = field(default_factory=_r3l_aux_weight)  # λ of the aux SFT term; R³L's: α
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     chunk_size: int = 1024  # LM-head positions per chunk (see r3l_learn.logprobs)
+
+    def __post_init__(self) -> None:
+        declared = OBJECTIVES.spec(self.objective).hyper  # an unknown objective fails here, naming the known
+        unknown = sorted(set(self.objective_kwargs) - set(declared))
+        if unknown:
+            raise ValueError(f"objective {self.objective!r} has no hyperparameter {unknown}; it declares {declared}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"unknown aggregation {self.aggregation!r}; choose one of {AGGREGATIONS}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"unknown KL estimator {self.kl_estimator!r}; choose one of {KL_ESTIMATORS}")
+
+    @classmethod
+    def for_algorithm(
+        cls, algorithm: Algorithm, hyper: dict[str, Any] | None = None, *, aux_weight: float | None = None, **rest: Any
+    ) -> LossConfig:
+        """The loss of ``algorithm`` with hyperparameters ``hyper`` (resolved with
+        :meth:`Algorithm.resolve_hyper`; None: the defaults): its objective with its keyword arguments, λ from
+        the algorithm unless ``aux_weight`` is given (0 where it trains no auxiliary samples) and its KL
+        coefficient unless ``kl_coef`` is given. ``rest`` sets the other fields."""
+        hyper = algorithm.resolve_hyper() if hyper is None else hyper
+        weight = algorithm.aux_weight_value(hyper) if aux_weight is None else aux_weight
+        rest.setdefault("kl_coef", algorithm.kl_coef)
+        return cls(
+            objective=algorithm.objective,
+            objective_kwargs=algorithm.objective_kwargs(hyper),
+            aux_weight=weight if algorithm.aux_samples else 0.0,
+            **rest,
+        )
+
+    @property
+    def properties(self) -> ObjectiveProperties:
+        """What the objective declared at registration."""
+        return OBJECTIVES.spec(self.objective).properties
+
+    @property
+    def needs_reference(self) -> bool:
+        """Whether the loss reads reference log-probs (a KL term, or an objective that needs them)."""
+        return self.kl_coef > 0 or self.properties.needs_reference
 
 
 @dataclass
@@ -80,16 +130,23 @@ def batch_loss(
         model, batch.input_ids, batch.attention_mask, positions=batch.loss_mask > 0, chunk_size=config.chunk_size
     )
     policy, aux = ~batch.aux, batch.aux
+    props = config.properties
     parts: dict[str, torch.Tensor] = {}
     if policy.any():
         mask = batch.loss_mask * policy[:, None]
-        per_token = get_objective(config.objective)(
-            logp, advantages=batch.advantages, old_logprobs=batch.old_logprobs, **config.objective_kwargs
+        ref = ref_fn(batch) if ref_fn is not None and config.needs_reference else None
+        extra = {"ref_logprobs": ref} if props.needs_reference else {}
+        per_token = OBJECTIVES.get_fn(config.objective)(
+            logp,
+            advantages=batch.advantages,
+            old_logprobs=batch.old_logprobs if props.uses_ratio else None,
+            **extra,
+            **config.objective_kwargs,
         )
         agg = dict(total_tokens=totals.policy_tokens, total_sequences=totals.policy_sequences)
         parts["policy"] = aggregate(per_token, mask, config.aggregation, **agg)
-        if config.kl_coef and ref_fn is not None:
-            kl = kl_penalty(logp, ref_fn(batch), config.kl_estimator)
+        if config.kl_coef and ref is not None:
+            kl = kl_penalty(logp, ref, config.kl_estimator)
             parts["kl"] = aggregate(kl, mask, config.aggregation, **agg)
     if aux.any() and config.aux_weight:
         parts["aux"] = aggregate(-logp, batch.loss_mask * aux[:, None], "token_mean", total_tokens=totals.aux_tokens)
@@ -112,8 +169,10 @@ def accumulate_gradients(
     """Backpropagate the loss of ``rows`` in micro-batches of ``micro_batch_size`` rows (gradients add up in
     ``.grad``; the caller zeroes them before and steps the optimiser after). Stops at the first non-finite
     micro-batch loss and reports it (``finite=False``); the caller must then discard the gradients."""
+    if config.properties.needs_reference and ref_fn is None:
+        raise ValueError(f"objective {config.objective!r} needs reference log-probs: pass ref_fn")
     totals = _Totals.of(rows)
-    zero_advantage_counts = config.kl_coef > 0 or config.objective not in ("reinforce", "ppo_clip")
+    zero_advantage_counts = config.kl_coef > 0 or not config.properties.skip_zero_advantage
     trainable = [r for r in rows if r.num_target_tokens > 0 and (r.aux or r.advantage != 0 or zero_advantage_counts)]
     stats = UpdateStats(skipped_rows=len(rows) - len(trainable))
     stats.target_tokens = int(totals.policy_tokens + totals.aux_tokens)

@@ -62,3 +62,36 @@ def test_registry_errors_name_the_fix():
         register_advantage("r3l")(lambda r, g: r)
     with pytest.raises(ValueError, match="same length"):
         get_advantage("grpo")(_t([1.0, 0.0]), torch.tensor([0]))
+
+
+@pytest.mark.parametrize("rewards", [[1.0, 1.0, 1.0], [0.1, 0.1, 0.1], [0.7, 0.7]])
+def test_grpo_with_eps_zero_gives_a_group_of_equal_rewards_zero_not_nan(rewards):
+    """Equal rewards have no spread: 0 / (0 + eps) was NaN for eps = 0, and rounding noise over a tiny std
+    (0.1 + 0.1 + 0.1 != 0.3) gave arbitrary values; such a group now gets exactly 0, and its neighbours their
+    usual advantages."""
+    index = torch.tensor([0] * len(rewards) + [1, 1])
+    adv = get_advantage("grpo")(_t([*rewards, 1.0, 0.0]), index, eps=0.0)
+    assert adv.tolist()[: len(rewards)] == [0.0] * len(rewards)
+    assert adv.tolist()[len(rewards) :] == pytest.approx([2**-0.5, -(2**-0.5)])
+
+
+def test_grpo_rejects_a_negative_eps():
+    with pytest.raises(ValueError, match="eps must be >= 0"):
+        get_advantage("grpo")(_t([1.0, 0.0]), torch.tensor([0, 0]), eps=-1e-3)
+
+
+def test_hyperparameters_are_declared_by_the_signature():
+    assert ADVANTAGES.spec("r3l").hyper == {"alpha": 3.0, "max_reward": 1.0}
+    assert ADVANTAGES.spec("grpo").hyper == {"eps": 1e-6}
+    assert ADVANTAGES.spec("mean_baseline").hyper == {}
+    assert ADVANTAGES.spec("raft").hyper == {"threshold": 1.0}
+
+
+def test_registration_refuses_undeclarable_hyperparameters():
+    with pytest.raises(ValueError, match="needs a default"):
+        register_advantage("test_no_default")(lambda rewards, group_index, *, scale: rewards)
+    with pytest.raises(ValueError, match="keyword-only"):
+        register_advantage("test_var_kw")(lambda rewards, group_index, **hyper: rewards)
+    with pytest.raises(ValueError, match="unknown properties"):
+        register_advantage("test_props", uses_ratio=True)
+    assert not {"test_no_default", "test_var_kw", "test_props"} & set(ADVANTAGES)

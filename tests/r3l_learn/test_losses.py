@@ -53,3 +53,29 @@ def test_kl_estimators():
     assert kl_penalty(logp, ref, "k2").tolist() == pytest.approx([0.5 * x * x for x in d])
     assert kl_penalty(logp, ref, "k3").tolist() == pytest.approx([math.exp(-x) + x - 1 for x in d])
     assert kl_penalty(ref, ref, "k3").tolist() == [0.0, 0.0]
+
+
+def test_objectives_declare_their_properties_and_hyperparameters():
+    from r3l_learn.losses import OBJECTIVES
+
+    ppo, reinforce, sft = (OBJECTIVES.spec(n) for n in ("ppo_clip", "reinforce", "sft"))
+    assert ppo.hyper == {"clip": 0.2} and reinforce.hyper == {} and sft.hyper == {}
+    assert ppo.properties.uses_ratio and not reinforce.properties.uses_ratio
+    assert ppo.properties.skip_zero_advantage and reinforce.properties.skip_zero_advantage
+    assert not sft.properties.skip_zero_advantage  # its loss ignores the advantage: a zero row still trains
+    assert not any(s.properties.needs_reference for s in (ppo, reinforce, sft))
+
+
+def test_a_declared_property_must_match_the_signature():
+    from r3l_learn.losses import OBJECTIVES, register_objective
+
+    with pytest.raises(ValueError, match="no 'ref_logprobs' argument"):
+        register_objective("test_ref", needs_reference=True)(lambda logprobs, *, advantages, old_logprobs: logprobs)
+    with pytest.raises(ValueError, match="no 'old_logprobs' argument"):
+        register_objective("test_ratio", uses_ratio=True)(lambda logprobs, *, advantages: logprobs)
+    assert "test_ref" not in OBJECTIVES and "test_ratio" not in OBJECTIVES
+
+
+def test_ppo_clip_rejects_a_negative_clip():
+    with pytest.raises(ValueError, match="clip must be >= 0"):
+        get_objective("ppo_clip")(LOGP, advantages=torch.ones(2), old_logprobs=LOGP, clip=-0.1)

@@ -77,7 +77,7 @@ def test_r3l_loss_equals_a_hand_computation_on_two_groups_with_masks_and_aux():
     ]
     aux = Sample("guided_retry", token_ids=[1, 50, 51, 52, 2], loss_mask=[0, 0, 1, 1, 1])
     groups = [TrajectoryGroup("e", "a", trajs[:2], samples=[aux]), TrajectoryGroup("e", "b", trajs[2:])]
-    rows = rows_from_groups(groups, resolve_algorithm("r3l"), alpha=3.0)
+    rows = rows_from_groups(groups, resolve_algorithm("r3l"), hyper={"alpha": 3.0})
     # group a: mean 0.5 -> A = -0.5 (base), 1.0 is a full success -> α = 3; group b: mean 0.25 -> 3·0.25, -0.25
     advantages = [-0.5, 3.0, 0.75, -0.25]
     assert [r.advantage for r in rows[:4]] == pytest.approx(advantages)
