@@ -2,9 +2,17 @@
 
 ``cpu-demo`` is the README's main job (``make demo``): a short R³L run with the embedded SmolLM2 on an offline
 env, sized for 2 CPU cores. The ``paper-*`` presets are the R³L paper's settings (arXiv 2601.03715:
-Qwen2.5-1.5B/7B on 8 GPUs, lr 1e-6, 96 tasks × 8 samples per step, 512 new tokens per turn); no such model ships
-offline, so they need ``--model /path/to/hf/folder`` and a GPU to be practical. No preset sets ``autocast``: its
-default, ``auto``, computes in bf16 exactly where the device does so natively.
+Qwen2.5-1.5B/7B on 8 GPUs, lr 1e-6, 96 tasks × 8 samples per step, 512 new tokens per turn, at most 25 turns on
+ALFWorld, 15 on WebShop, 30 on ScienceWorld, 3 attempts on math); no such model ships offline, so they need
+``--model /path/to/hf/folder`` and a GPU to be practical.
+
+Turn budgets: the registered envs keep their engines' own episode limits (``max_episode_steps``: ALFWorld 50,
+ScienceWorld 100, WebShop 15), which is what anyone who calls ``gym.make`` gets; a preset's ``max_turns`` stops the
+learner's episodes earlier (TrainConfig's default, ``None``, uses the env's limit). So the paper's budgets are a
+training choice set here, not a change to the envs. Likewise ``max_new_tokens``: TrainConfig's default is 256, the
+``paper-*`` presets set the paper's 512 (tests/r3l_learn/test_presets.py checks every number above).
+
+No preset sets ``autocast``: its default, ``auto``, computes in bf16 exactly where the device does so natively.
 """
 
 from __future__ import annotations

@@ -47,6 +47,9 @@ class ALFWorldEnv(TextEnv):
             games come from the offline generator.
         max_tasks: keep only the first ``max_tasks`` ids of the split (CI, small curricula).
         render_mode: ``"ansi"``, ``"human"`` or ``None``.
+
+    ``r3l/ALFWorld-v0`` truncates at 50 steps, ALFWorld's own episode limit; the R³L paper's budget of 25 turns is
+    the ``paper-alfworld`` preset's ``max_turns`` (r3l_learn/presets.py).
     """
 
     restore_kind = "native"

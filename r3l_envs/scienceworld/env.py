@@ -74,6 +74,9 @@ class ScienceWorldEnv(TextEnv):
         java_options: extra JVM options, e.g. ``["-Xmx1g"]`` to bound the heap when running many envs (a JVM
             sizes its heap from the machine's memory; ~0.8 GB resident after a few episodes on a 24 GB machine).
         render_mode: ``"ansi"`` or ``"human"``.
+
+    ``r3l/ScienceWorld-v0`` truncates at 100 steps, ScienceWorld's own ``envStepLimit`` default; the R³L paper's
+    budget of 30 turns is the ``paper-sciworld`` preset's ``max_turns`` (r3l_learn/presets.py).
     """
 
     restore_kind = "replay"
