@@ -132,9 +132,26 @@ def _show(args: argparse.Namespace) -> int:
     if args.html:
         from pathlib import Path
 
-        Path(args.html).write_text(render_html(items, title=f"r3l show {args.path}"), encoding="utf-8")
+        decode = _show_decoder(args.tokenizer) if args.tokenizer else None
+        Path(args.html).write_text(render_html(items, title=f"r3l show {args.path}", decode=decode), encoding="utf-8")
         print(f"wrote {args.html}")
     return 0
+
+
+def _show_decoder(name_or_path: str):
+    """The ``decode`` of the tokenizer in a folder, or of an embedded model (``r3l show --tokenizer``)."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from r3l_learn.errors import ModelNotFoundError
+    from r3l_learn.models import resolve_model
+
+    try:
+        folder = name_or_path if Path(name_or_path).is_dir() else resolve_model(name_or_path)
+    except ModelNotFoundError as exc:
+        raise SystemExit(f"r3l show: {exc}") from None
+    return AutoTokenizer.from_pretrained(folder).decode
 
 
 def _add_env_arguments(parser: argparse.ArgumentParser, *, required: bool) -> None:
@@ -236,6 +253,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     show.add_argument("--limit", type=int, default=None, help="show at most this many groups or trajectories")
     show.add_argument(
         "--max-lines", type=int, default=6, help="lines shown per turn (the rest is counted); 0: no limit"
+    )
+    show.add_argument(
+        "--tokenizer",
+        default=None,
+        help="decode the HTML page's token view with this tokenizer (a folder, or an embedded model's name); "
+        "without it a reply shows as its text and the context as token counts",
     )
     show.set_defaults(func=_show)
     return parser

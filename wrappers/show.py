@@ -99,6 +99,10 @@ def outcome(item: Viewable) -> Outcome:
     return Outcome(any(t.won for t in item.trajectories), sum(t.kind == "retry" for t in item.trajectories), beaten)
 
 
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
 @dataclass(frozen=True)
 class Summary:
     """What a file holds, counted from its trajectories (so it holds for any file, filtered or not).
@@ -126,15 +130,15 @@ class Summary:
         """One line for a reader: what was shown, then the retries' record."""
         parts = []
         if self.groups:
-            parts.append(f"{self.groups} groups ({self.groups_won} won)")
+            parts.append(f"{_count(self.groups, 'group')} ({self.groups_won} won)")
         if self.trajectories:
-            parts.append(f"{self.trajectories} plain trajectories")
-        parts.append(f"{self.bases} bases ({self.bases_won} won)")
+            parts.append(_count(self.trajectories, "plain trajectory", "plain trajectories"))
+        parts.append(f"{_count(self.bases, 'base')} ({self.bases_won} won)")
         if self.groups:
             pivot = "n/a" if self.mean_pivot is None else f"{self.mean_pivot:.2f}"
             parts.append(
-                f"{self.retries} retries ({self.retries_won} won, {self.retries_beat_base} beat their base), "
-                f"mean pivot {pivot}"
+                f"{_count(self.retries, 'retry', 'retries')} ({self.retries_won} won, {self.retries_beat_base} beat "
+                f"their base), mean pivot {pivot}"
             )
         return "summary: " + ", ".join(parts)
 

@@ -127,7 +127,7 @@ def _token_view(traj: Trajectory, label: str, decode: Callable[[list[int]], str]
             elif cls != "tk-ctx" and tuple(ids) in replies:
                 text = replies[tuple(ids)]
             else:
-                text = f"⟨{len(ids)} tokens⟩" if cls == "tk-ctx" else " ".join(map(str, ids))
+                text = f"⟨{len(ids)} token{'s' * (len(ids) != 1)}⟩" if cls == "tk-ctx" else " ".join(map(str, ids))
             title = f"{end - start} tokens, {_TOKEN_LABELS[cls][0]}"
             spans.append(f"<span class='{cls}' data-n='{end - start}' title='{title}'>{esc(text)}</span>")
         head = f"sequence {k + 1} of {len(sequences)}: " if len(sequences) > 1 else ""

@@ -115,11 +115,11 @@ def test_the_summary_counts_retries_that_beat_their_base_and_the_mean_pivot():
     assert (s.groups, s.groups_won, s.trajectories, s.bases, s.bases_won) == (3, 2, 1, 4, 2)
     assert (s.retries, s.retries_won, s.retries_beat_base, s.mean_pivot) == (3, 2, 1, 1.0)
     line = (
-        "summary: 3 groups (2 won), 1 plain trajectories, 4 bases (2 won), "
+        "summary: 3 groups (2 won), 1 plain trajectory, 4 bases (2 won), "
         "3 retries (2 won, 1 beat their base), mean pivot 1.00"
     )
     assert render_text([*groups, plain]).splitlines()[0] == line
-    assert render_text([plain]).splitlines()[0] == "summary: 1 plain trajectories, 1 bases (1 won)"
+    assert render_text([plain]).splitlines()[0] == "summary: 1 plain trajectory, 1 base (1 won)"
     no_pivot = summarize([TrajectoryGroup("e", "d", [played()])])
     assert no_pivot.mean_pivot is None and no_pivot.line().endswith(
         "0 retries (0 won, 0 beat their base), mean pivot n/a"
@@ -157,9 +157,29 @@ def test_the_token_view_without_a_tokenizer_shows_replies_and_context_lengths():
     assert spans == [
         ("tk-ctx", "3", "⟨3 tokens⟩"),
         ("tk-masked", "2", "&lt;action&gt;a&lt;/action&gt;"),
-        ("tk-ctx", "1", "⟨1 tokens⟩"),
+        ("tk-ctx", "1", "⟨1 token⟩"),
         ("tk-train", "1", "&lt;action&gt;b&lt;/action&gt;"),
     ]
     assert "7 tokens, 1 trainable" in page
     with pytest.raises(TypeError, match="not str"):
         render_html(["not a trajectory"])
+
+
+def test_r3l_show_decodes_the_token_view_with_the_tokenizer_it_is_given(tmp_path, capsys):
+    from r3l_learn.cli import main
+    from r3l_learn.models import tiny_tokenizer
+
+    config = ReflectRetryConfig(group_size=2, rollout=RolloutConfig(max_turns=4), fill=False)
+    rr = ReflectRetry("r3ltest/Corridor-v0", scripted(walker), PolicyReflector(scripted([DIAGNOSIS])), config)
+    save_jsonl(tmp_path / "g.jsonl", rr.collect(["corridor-train-000000"], seed=0))
+    tiny_tokenizer().save_pretrained(tmp_path / "tok")
+    main(["show", str(tmp_path / "g.jsonl"), "--html", str(tmp_path / "plain.html")])
+    main(
+        ["show", str(tmp_path / "g.jsonl"), "--html", str(tmp_path / "dec.html"), "--tokenizer", str(tmp_path / "tok")]
+    )
+    assert capsys.readouterr().out.startswith("summary: 1 group (")
+    plain, decoded = (tmp_path / "plain.html").read_text(), (tmp_path / "dec.html").read_text()
+    assert "&lt;|im_start|&gt;system" not in plain and "⟨" in plain
+    assert "<span class='tk-ctx'" in decoded and "&lt;|im_start|&gt;system" in decoded and "⟨" not in decoded
+    with pytest.raises(SystemExit, match="r3l show: unknown model 'no-such-model'"):
+        main(["show", str(tmp_path / "g.jsonl"), "--html", str(tmp_path / "x.html"), "--tokenizer", "no-such-model"])
