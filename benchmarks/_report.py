@@ -66,12 +66,17 @@ def machine_line(facts: dict[str, str] | None = None) -> str:
     )
 
 
-def write_section(name: str, markdown: str, data: dict) -> None:
-    """Replace (or append) section ``name`` of RESULTS.md and write ``results/NAME.json``."""
-    RESULTS_DIR.mkdir(exist_ok=True)
-    (RESULTS_DIR / f"{name}.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+def write_section(
+    name: str, markdown: str, data: dict, *, results_md: Path | None = None, results_dir: Path | None = None
+) -> None:
+    """Replace (or append) section ``name`` of RESULTS.md and write ``results/NAME.json`` (by default
+    :data:`RESULTS_MD` and :data:`RESULTS_DIR`; a test or a dry run passes other files)."""
+    results_md = RESULTS_MD if results_md is None else Path(results_md)
+    results_dir = RESULTS_DIR if results_dir is None else Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    (results_dir / f"{name}.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
     block = f"<!-- begin:{name} -->\n{markdown.strip()}\n<!-- end:{name} -->"
-    text = RESULTS_MD.read_text() if RESULTS_MD.exists() else "# Benchmark results\n"
+    text = results_md.read_text() if results_md.exists() else "# Benchmark results\n"
     pattern = re.compile(rf"<!-- begin:{re.escape(name)} -->.*?<!-- end:{re.escape(name)} -->", re.S)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
-    RESULTS_MD.write_text(text)
+    results_md.write_text(text)

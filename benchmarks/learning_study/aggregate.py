@@ -1,0 +1,204 @@
+"""From run directories to the numbers on the page: per run (evals, budget, retry counters), per (method, env) cell
+(means with 95 % intervals over seeds, pooled retry economics), R³L vs every other method paired by seed, missing
+cells, and a harness check (every method's eval before training agrees for a seed)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .grid import METHODS, Method, Mode, Run
+from .rundir import MEMORY_ONLY, attempts, finished, metrics, state
+from .stats import mean_ci, paired, ratio, verdict
+
+#: the TrainConfig fields the grid varies per cell (the page lists them per env and method, and the rest once)
+VARYING = ("env", "env_kwargs", "algo", "ablations", "reflector", "max_turns", "max_new_tokens", "actions")
+
+
+def _num(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def run_summary(run: Run) -> dict[str, Any]:
+    """What one run measured: evals (with the budget spent before each), totals, and the retry counters. A run
+    directory that holds a run of another configuration (``stale``) counts as not finished."""
+    stale = state(run) == "stale"
+    records = metrics(run.run_dir)
+    steps = [r for r in records if "train/reward" in r]
+    sums: dict[str, float] = {}
+    for r in steps:  # the mean pivot is logged per step: weight it by the step's retries
+        if _num(r.get("retry/mean_pivot")) is not None and r.get("retry/retries"):
+            sums["bench/pivot_sum"] = sums.get("bench/pivot_sum", 0.0) + r["retry/mean_pivot"] * r["retry/retries"]
+    for r in steps:
+        for key, value in r.items():
+            if (
+                key.startswith("bench/") or key in ("speed/generated_tokens", "speed/collect_s", "speed/update_s")
+            ) and (_num(value) is not None):
+                sums[key] = sums.get(key, 0.0) + float(value)
+    curve = []
+    for r in records:
+        if "eval/success_rate" not in r:
+            continue
+        before = [s for s in steps if s["step"] <= r["step"]]
+        curve.append(
+            {
+                "step": r["step"],
+                "trajectories": sum(s.get("train/trajectories", 0) for s in before),
+                "tokens": sum(s.get("bench/rollout_tokens", s.get("speed/generated_tokens", 0)) for s in before),
+                "success": _num(r.get("eval/success_rate")),
+                "score": _num(r.get("eval/mean_score")),
+                "first_attempt": _num(r.get("eval/first_attempt_success")),
+            }
+        )
+    first = next((c for c in curve if c["step"] == 0), None)
+    last = next((c for c in curve if c["step"] == run.config["steps"]), None)
+    tries = attempts(run.run_dir)
+    result_path = run.run_dir / "result.json"
+    result = json.loads(result_path.read_text()) if result_path.is_file() else {}
+    return {
+        "env": run.env_key,
+        "method": run.method_key,
+        "seed": run.seed,
+        "run_dir": str(run.run_dir),
+        "finished": not stale and finished(run),
+        "stale": stale,
+        "steps_logged": len(steps),
+        "curve": curve,
+        "before": first,
+        "after": last,
+        "trajectories": sum(s.get("train/trajectories", 0) for s in steps),
+        # steps whose gradient was not zero: with equal rewards in every group (and no aux sample, no KL drift) a
+        # step has nothing to learn from (only weight decay and Adam's momentum move the weights)
+        "updates": sum(1 for s in steps if (_num(s.get("grad_norm")) or 0.0) > 0),
+        "logged_generated_tokens": sums.get("speed/generated_tokens"),
+        "sums": {k.removeprefix("bench/"): v for k, v in sums.items() if k.startswith("bench/")},
+        "collect_s": sums.get("speed/collect_s"),
+        "update_s": sums.get("speed/update_s"),
+        "wall_s": sum(a.get("wall_s", 0.0) for a in tries) or None,
+        "load": [a.get("load_start") for a in tries] + [a.get("load_end") for a in tries[-1:]],
+        "eval_after_detail": result.get("eval_after"),
+    }
+
+
+def cell_summary(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Across the finished seeds of one (method, env): means with 95 % CIs, budgets, retry economics."""
+    done = [s for s in summaries if s["finished"] and s["after"]]
+    out: dict[str, Any] = {"seeds": [s["seed"] for s in done]}
+    for key in ("success", "score", "first_attempt"):
+        after = {s["seed"]: s["after"][key] for s in done if s["after"][key] is not None}
+        before = {s["seed"]: s["before"][key] for s in done if s["before"] and s["before"][key] is not None}
+        out[key] = mean_ci(list(after.values()))
+        out[f"{key}_before"] = mean_ci(list(before.values()))
+        out[f"{key}_delta"] = paired(after, before)
+        out[f"{key}_by_seed"] = after
+    out["trajectories"] = mean_ci([s["trajectories"] for s in done])
+    out["updates"] = mean_ci([s["updates"] for s in done])
+    out["logged_generated_tokens"] = mean_ci([s["logged_generated_tokens"] for s in done])
+    out["wall_min"] = mean_ci([s["wall_s"] / 60 for s in done if s["wall_s"]])
+    details = [s["eval_after_detail"] for s in done if s["eval_after_detail"]]
+    out["eval_turns"] = mean_ci([d["mean_turns"] for d in details])
+    out["eval_parse_errors"] = mean_ci([d["parse_error_rate"] for d in details])
+    pooled: dict[str, float] = {}
+    for s in done:
+        for key, value in s["sums"].items():
+            pooled[key] = pooled.get(key, 0.0) + value
+    out["pooled"] = pooled
+    has = bool(pooled)
+    out["generated_tokens"] = mean_ci(
+        [s["sums"].get("rollout_tokens", 0) + s["sums"].get("reflection_tokens", 0) for s in done] if has else []
+    )
+    out["env_steps"] = mean_ci([s["sums"].get("env_steps") for s in done] if has else [])
+    spent = pooled.get("rollout_tokens", 0) + pooled.get("reflection_tokens", 0)
+    out["economics"] = {
+        "retries": pooled.get("retries"),
+        "mean_pivot": ratio(pooled.get("pivot_sum", 0.0), pooled.get("retries")),
+        "parse_rate": ratio(pooled.get("reflections_parsed"), pooled.get("bases_reflected")),
+        "beat_base_rate": ratio(pooled.get("retries_beat_base"), pooled.get("retries")),
+        "retry_success_rate": ratio(pooled.get("retries_succeeded"), pooled.get("retries")),
+        "token_cost_vs_scratch": ratio(pooled.get("retry_tokens"), pooled.get("scratch_tokens")),
+        "step_cost_vs_scratch": ratio(pooled.get("retry_env_steps"), pooled.get("scratch_env_steps")),
+        "train_success_rate": ratio(pooled.get("successes"), pooled.get("trajectories")),
+        "tokens_per_success": ratio(spent, pooled.get("successes")) if has else None,
+        "env_steps_per_success": ratio(pooled.get("env_steps"), pooled.get("successes")),
+        "masked_share": (1 - pooled["target_tokens"] / pooled["agent_tokens"] if pooled.get("agent_tokens") else None),
+        "successes": pooled.get("successes"),
+    }
+    return out
+
+
+def aggregate(mode: Mode, runs: Sequence[Run], methods: dict[str, Method] = METHODS) -> dict[str, Any]:
+    """Per-run and per-cell summaries, paired comparisons, missing cells and sanity checks."""
+    per_run = [run_summary(r) for r in runs]
+    # Runs that did not evaluate the initial model themselves (``eval_before`` off) take the eval of the run of
+    # the same (env, seed) that did: same model, same episodes, same seeds.
+    initial = {(s["env"], s["seed"]): s["before"] for s in per_run if s["finished"] and s["before"]}
+    for s in per_run:
+        s["before_shared"] = not s["before"] and (s["env"], s["seed"]) in initial
+        if s["before_shared"]:
+            s["before"] = initial[(s["env"], s["seed"])]
+            s["curve"].insert(0, s["before"])
+    cells: dict[str, dict[str, Any]] = {}
+    for env in mode.envs:
+        for method in mode.methods:
+            mine = [s for s in per_run if s["env"] == env and s["method"] == method]
+            cells[f"{method}|{env}"] = cell_summary(mine)
+    comparisons = []
+    for env in mode.envs:
+        if "r3l" not in mode.methods:
+            continue
+        for other in mode.methods:
+            if other == "r3l":
+                continue
+            a, b = cells[f"r3l|{env}"], cells[f"{other}|{env}"]
+            for key in ("success", "score"):
+                diff = paired(a[f"{key}_by_seed"], b[f"{key}_by_seed"])
+                comparisons.append({"env": env, "other": other, "metric": key, **diff, "verdict": verdict(diff)})
+    missing = []
+    for env in mode.envs:
+        for method in (m for m in mode.methods if mode.runs_on(m, env)):
+            have = set(cells[f"{method}|{env}"]["seeds"])
+            lacking = [s for s in mode.seeds if s not in have]
+            stale = [r["seed"] for r in per_run if r["env"] == env and r["method"] == method and r["stale"]]
+            if lacking:
+                missing.append({"env": env, "method": method, "seeds": lacking, "stale": stale})
+    # The same seed evaluates the same held-out episodes with the same initial model: every method's eval before
+    # training should agree (a check of the harness, not a result).
+    before_agree = {}
+    for env in mode.envs:
+        for seed in mode.seeds:
+            vals = {
+                (s["before"]["success"], s["before"]["score"])
+                for s in per_run
+                if s["env"] == env and s["seed"] == seed and s["finished"] and s["before"] and not s["before_shared"]
+            }
+            if vals:
+                before_agree[f"{env}|{seed}"] = len(vals) == 1
+    return {
+        "runs": per_run,
+        "cells": cells,
+        "comparisons": comparisons,
+        "missing": missing,
+        "before_agree": before_agree,
+    }
+
+
+def train_config(agg: dict[str, Any]) -> dict[str, Any] | None:
+    """The TrainConfig fields every cell shares (one run's saved ``config.json``, less :data:`VARYING`), and the
+    finished runs made with another memory-only setting; ``None`` when no run directory holds a config."""
+    config_path = Path(agg["runs"][0]["run_dir"]) / "config.json" if agg["runs"] else None
+    if not (config_path and config_path.is_file()):
+        return None
+    shared = {k: v for k, v in json.loads(config_path.read_text()).items() if k not in VARYING}
+    shared.update(out_dir="<run dir>", seed="<seed>")
+    overrides = []
+    for r in agg["runs"]:
+        path = Path(r["run_dir"]) / "config.json"
+        saved = json.loads(path.read_text()) if r["finished"] and path.is_file() else {}
+        diff = {k: saved[k] for k in sorted(MEMORY_ONLY) if k in saved and saved[k] != shared.get(k)}
+        if diff:
+            overrides.append({"run": f"{r['env']}/{r['method']}/seed{r['seed']}", "changes": diff})
+    return {"shared": shared, "memory_overrides": overrides}

@@ -1,0 +1,137 @@
+"""Learning at an equal sampling budget: R³L vs GRPO, RAFT and OPMD, R³L's ablations, self vs oracle reflection.
+
+Usage (``benchmarks/learning.py`` is this module's command line)::
+
+    python benchmarks/learning.py --mode quick                  # minutes (tiny budgets)
+    python benchmarks/learning.py --mode cpu --time-budget 240  # resumable; rerun to continue
+    python benchmarks/learning.py --mode gpu --jobs 2           # --device cuda
+    python benchmarks/learning.py --mode quick --report-only    # re-aggregate existing runs
+    python benchmarks/learning.py --from-json benchmarks/results/learning.json  # re-render a saved report
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import shlex
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import _report
+
+from r3l_learn.device import cpu_kind
+
+from . import BENCHMARKS, ROOT
+from .child import register_setup
+from .grid import CPU_AUTOCAST, ENVS, METHODS, MODES, Run, build_grid
+from .report import SECTION, rewrite_report, write_report
+from .scheduler import sweep
+
+logger = logging.getLogger("bench.learning")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The options of ``python benchmarks/learning.py``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=sorted(MODES), default="quick")
+    parser.add_argument("--out-root", type=Path, default=None, help="run directories (default runs/learning/MODE)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: free cores / jobs)")
+    parser.add_argument("--envs", nargs="*", default=None, help="run only these envs (the page shows the whole grid)")
+    parser.add_argument("--methods", nargs="*", default=None, help="run only these methods")
+    parser.add_argument("--seeds", nargs="*", type=int, default=None, help="run only these seeds")
+    parser.add_argument("--model", default=None, help="override the mode's model")
+    parser.add_argument("--device", default=None, help="override the mode's device (e.g. cuda)")
+    parser.add_argument("--time-budget", type=float, default=None, help="minutes; then stop (resumable)")
+    parser.add_argument("--run-timeout", type=float, default=None, help="minutes per run; then interrupt it")
+    parser.add_argument(
+        "--micro-batch-size", type=int, default=None, help="override for this invocation's runs (memory only)"
+    )
+    parser.add_argument("--rerun-stale", action="store_true", help="delete and rerun runs of another configuration")
+    parser.add_argument("--keep-checkpoints", action="store_true", help="keep finished runs' checkpoints")
+    parser.add_argument("--report-only", action="store_true", help="aggregate the existing runs; run nothing")
+    parser.add_argument("--no-report", action="store_true", help="run; do not write RESULTS.md")
+    parser.add_argument("--results-md", type=Path, default=_report.RESULTS_MD)
+    parser.add_argument("--results-dir", type=Path, default=_report.RESULTS_DIR)
+    parser.add_argument("--plots-dir", type=Path, default=BENCHMARKS / "learning")
+    parser.add_argument(
+        "--from-json", type=Path, default=None, help="render the page and plots again from a saved learning.json"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the grid of a mode (what is not done yet) and write its report; or only report, from runs or JSON."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
+    if args.from_json is not None:
+        rewrite_report(
+            args.from_json, results_md=args.results_md, results_dir=args.results_dir, plots_dir=args.plots_dir
+        )
+        logger.info("%s: section %r rendered again from %s", args.results_md, SECTION, args.from_json)
+        return 0
+
+    # A sweep started in the background (nohup, &) inherits SIGINT ignored; stopping it must still let the runs in
+    # flight save their checkpoints, so SIGINT and SIGTERM both raise KeyboardInterrupt in the sweeping thread.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.default_int_handler)
+    mode = MODES[args.mode]
+    logger.info("CPU: %s; CPU modes use autocast %s", cpu_kind(), CPU_AUTOCAST)
+    overrides = {k: v for k, v in (("model", args.model), ("device", args.device)) if v}
+    if overrides:
+        mode = dataclasses.replace(mode, **overrides)
+    for name, given, known in (("envs", args.envs, ENVS), ("methods", args.methods, METHODS)):
+        unknown = sorted(set(given or ()) - set(known))
+        if unknown:
+            parser.error(f"unknown {name} {unknown}; choose among {sorted(known)}")
+    out_root = args.out_root or ROOT / "runs" / "learning" / mode.name
+
+    def only(run: Run) -> bool:
+        return (
+            (args.envs is None or run.env_key in args.envs)
+            and (args.methods is None or run.method_key in args.methods)
+            and (args.seeds is None or run.seed in args.seeds)
+        )
+
+    command = "python benchmarks/learning.py " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+    if args.report_only:
+        runs = build_grid(mode, out_root)
+    else:
+        runs, _ = sweep(
+            mode,
+            out_root=out_root,
+            only=only,
+            jobs=args.jobs,
+            threads=args.threads,
+            time_budget_min=args.time_budget,
+            run_timeout_min=args.run_timeout,
+            rerun_stale=args.rerun_stale,
+            keep_checkpoints=args.keep_checkpoints,
+            overrides={"micro_batch_size": args.micro_batch_size} if args.micro_batch_size else None,
+            command=command,
+        )
+    if not args.no_report:
+        log = out_root / "sweeps.jsonl"
+        history = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
+        for setup in {r.setup for r in runs if r.setup}:
+            register_setup(setup)
+        data = write_report(
+            mode,
+            runs,
+            command=command.strip(),
+            results_md=args.results_md,
+            results_dir=args.results_dir,
+            plots_dir=args.plots_dir,
+            history=history,
+        )
+        logger.info("%s: section %r; %d cells missing", args.results_md, SECTION, len(data["missing"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

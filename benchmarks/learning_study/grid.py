@@ -1,0 +1,284 @@
+"""What the learning study runs: per-env settings, methods, budgets (modes), and the grid of cells they make."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from r3l_learn.device import resolve_autocast
+
+# bf16 autocast only where this CPU computes bf16 natively (~2.9x faster there, ~57x slower where emulated); the
+# choice is fixed here, so a rerun on the same machine resumes its runs, and the page names the CPU kind.
+CPU_AUTOCAST = resolve_autocast("auto", "cpu")
+
+
+@dataclass(frozen=True)
+class EnvSetting:
+    """How one env is trained on and evaluated (the same for every method and mode)."""
+
+    env: str  # registered id
+    kwargs: dict[str, Any]  # gym.make kwargs (train and eval)
+    actions: str  # "free" or "constrained" (choice among admissible actions by likelihood)
+    max_turns: int | None  # agent turns per episode (parse errors count); None: the env's own limit
+    max_new_tokens: int  # per agent turn
+    kind: str  # what sort of task, for the page
+    data: str  # what the env runs on (names never lie: generated data is called generated)
+    setup: str | None = None  # "DIR:module:function" called before the env is made (test envs outside r3l_envs)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EnvSetting:
+        """The setting ``dataclasses.asdict`` wrote (as in a saved ``learning.json``)."""
+        return cls(**data)
+
+
+ENVS: dict[str, EnvSetting] = {
+    # A turn without a usable answer does not step the env, so max_turns bounds it: 2 attempts + 1 spare turn.
+    "countdown": EnvSetting(
+        "r3l/Countdown-v0",
+        {"num_numbers": 3, "max_number": 10, "max_attempts": 2},
+        "free",
+        3,
+        64,
+        "math, 2 attempts with feedback",
+        "generated Countdown puzzles (3 numbers ≤ 10)",
+    ),
+    # Coin collector level 2 (the coin is two rooms away), actions chosen among the admissible ones. SmolLM2 won
+    # 1 of 8 sampled episodes (T = 1) in 5 turns: sparse successes, the regime R³L's retries are for. Level 1 is
+    # too easy (held-out success 1.0 before training at T = 0.4), level 3 as sparse as 2 and slower, cooking
+    # level 1 (expert plans of 5-6 actions) gave 0 of 8.
+    "textworld": EnvSetting(
+        "r3l/TextWorld-v0",
+        {"game_type": "coin_collector", "difficulty": 2},
+        "constrained",
+        5,
+        16,
+        "text game",
+        "generated TextWorld coin-collector games, level 2",
+    ),
+    # Clicks are chosen among the page's links; on the search page the policy fills search[<query>]'s slot.
+    # A purchase needs search, product, Buy Now at least. SmolLM2 bought nothing in 8 sampled episodes of 6 turns.
+    "webshop": EnvSetting(
+        "r3l/WebShop-v0",
+        {"num_products": 1000},
+        "constrained",
+        6,
+        16,
+        "web shopping",
+        "generated WebShop catalogue of 1,000 products (not the real WebShop data)",
+    ),
+    # Expert plans take 5-9 actions.
+    "alfworld": EnvSetting(
+        "r3l/ALFWorld-v0",
+        {},
+        "constrained",
+        12,
+        16,
+        "household (ALFWorld domain)",
+        "generated ALFWorld-domain households (not the official ALFWorld games)",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Method:
+    """A row of the tables: an algorithm, R³L ablations, and the reflector."""
+
+    label: str
+    algo: str
+    ablations: tuple[str, ...] = ()
+    reflector: str = "oracle"
+    role: str = "baseline"  # "r3l", "baseline", "ablation" or "reflector": which table it belongs to
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Method:
+        """The method ``dataclasses.asdict`` wrote (JSON turns its tuple into a list)."""
+        return cls(**{**data, "ablations": tuple(data["ablations"])})
+
+
+# A 135M model cannot reflect (0 of 8 reflections parsed in r3l_learn's tests), so R³L and its ablations use the
+# oracle reflector; "r3l-self" is the paper's self-reflection, for the reflector study. Listed in run order:
+# when a sweep cannot finish, R³L and GRPO (the comparison the issue asks for) are done first.
+METHODS: dict[str, Method] = {
+    "r3l": Method("R³L", "r3l", role="r3l"),
+    "grpo": Method("GRPO", "grpo"),
+    "raft": Method("RAFT", "raft"),
+    "opmd": Method("OPMD", "opmd"),
+    "r3l-no-reflect-retry": Method("R³L − reflect-retry", "r3l", ("no_reflect_retry",), role="ablation"),
+    "r3l-no-amplification": Method("R³L − amplification", "r3l", ("no_amplification",), role="ablation"),
+    "r3l-no-pivot-credit": Method("R³L − pivotal credit", "r3l", ("no_pivot_credit",), role="ablation"),
+    "r3l-retry-from-scratch": Method("R³L, retry from scratch", "r3l", ("retry_from_scratch",), role="ablation"),
+    "r3l-self": Method("R³L, self-reflection", "r3l", reflector="self", role="reflector"),
+}
+BASELINES = ("grpo", "raft", "opmd")
+PAPER_ROWS = ("grpo", "raft", "opmd", "r3l")  # the paper's table order
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A budget for the whole grid; every other TrainConfig field keeps its default (or comes from ``extra``)."""
+
+    name: str
+    description: str
+    envs: tuple[str, ...]
+    methods: tuple[str, ...]
+    seeds: tuple[int, ...]
+    steps: int
+    tasks_per_step: int
+    group_size: int
+    eval_episodes: int
+    eval_every: int  # 0: only before and after training
+    lr: float = 5e-5  # SmolLM2-135M on CPU: the cpu-demo preset's rate (R3L.md §4: small models need 1e-5..1e-4)
+    model: str = "smollm2-135m-instruct"
+    device: str = "cpu"
+    dtype: str = "float32"
+    checkpoint_every: int = 0  # 0: at the end (and on an interrupt) only
+    extra: dict[str, Any] = field(default_factory=dict)  # further TrainConfig overrides
+    method_envs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # methods run on these envs only
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Mode:
+        """The mode ``dataclasses.asdict`` wrote (JSON turns its tuples into lists)."""
+        tuples = {k: tuple(data[k]) for k in ("envs", "methods", "seeds")}
+        method_envs = {k: tuple(v) for k, v in data.get("method_envs", {}).items()}
+        return cls(**{**data, **tuples, "method_envs": method_envs})
+
+    def runs_on(self, method: str, env: str) -> bool:
+        """Whether the grid has the cell (method, env)."""
+        return method in self.methods and env in self.envs and env in self.method_envs.get(method, self.envs)
+
+    def envs_of(self, methods: Sequence[str]) -> tuple[str, ...]:
+        """The envs on which any of ``methods`` runs, in table order."""
+        return tuple(e for e in self.envs if any(self.runs_on(m, e) for m in methods))
+
+
+ALL_METHODS = tuple(METHODS)
+MODES: dict[str, Mode] = {
+    "quick": Mode(
+        "quick",
+        "a smoke test of the whole pipeline: 1 step of 1 task × 4 trajectories, 2 held-out episodes, one seed; "
+        "every method on TextWorld, R³L and GRPO on the other envs; far too small to show learning",
+        envs=("textworld", "webshop", "countdown"),
+        methods=ALL_METHODS,
+        seeds=(0,),
+        steps=1,
+        tasks_per_step=1,
+        group_size=4,
+        eval_episodes=2,
+        eval_every=0,
+        extra={"autocast": CPU_AUTOCAST},
+        method_envs={m: ("textworld",) for m in ALL_METHODS if m not in ("r3l", "grpo")},
+    ),
+    # What 2 cores finish in about two hours with 2 runs at a time (measured with bf16 autocast on a CPU with
+    # avx512_bf16; an AVX2-only CPU computes in fp32 instead):
+    # the four methods on every env and seed, the ablations and the reflector study on TextWorld, where the model
+    # wins some episodes. Rerunning resumes (--time-budget to stop cleanly).
+    "cpu": Mode(
+        "cpu",
+        "4 steps of 1 task × 4 trajectories, 8 held-out episodes before and after, 3 seeds; "
+        f"autocast {CPU_AUTOCAST} (bf16 only where the CPU has it); "
+        "the ablations and self-reflection on TextWorld only",
+        envs=("textworld", "webshop", "countdown"),
+        methods=ALL_METHODS,
+        seeds=(0, 1, 2),
+        steps=4,
+        tasks_per_step=1,
+        group_size=4,
+        eval_episodes=8,
+        eval_every=0,
+        extra={"autocast": CPU_AUTOCAST},
+        method_envs={m: ("textworld",) for m in ALL_METHODS if METHODS[m].role in ("ablation", "reflector")},
+    ),
+    "gpu": Mode(
+        "gpu",
+        "larger settings for one GPU: 60 steps of 8 tasks × 8 trajectories, 64 held-out episodes every 10 "
+        "steps, 3 seeds, ALFWorld added",
+        envs=("countdown", "textworld", "webshop", "alfworld"),
+        methods=ALL_METHODS,
+        seeds=(0, 1, 2),
+        steps=60,
+        tasks_per_step=8,
+        group_size=8,
+        eval_episodes=64,
+        eval_every=10,
+        lr=1e-5,
+        device="cuda",
+        dtype="auto",
+        checkpoint_every=10,
+        extra={"micro_batch_size": 8, "eval_batch_size": 32},
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One cell of the grid: where it lives and the TrainConfig fields it runs with."""
+
+    env_key: str
+    method_key: str
+    seed: int
+    run_dir: Path
+    config: dict[str, Any]
+    setup: str | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.env_key}/{self.method_key}/seed{self.seed}"
+
+
+def run_config(
+    mode: Mode, env: EnvSetting, method: Method, seed: int, run_dir: Path, *, eval_before: bool = True
+) -> dict[str, Any]:
+    """The TrainConfig fields of one cell (as JSON types, the way ``config.json`` stores them)."""
+    config = {
+        "env": env.env,
+        "env_kwargs": dict(env.kwargs),
+        "model": mode.model,
+        "algo": method.algo,
+        "ablations": list(method.ablations),
+        "reflector": method.reflector,
+        "steps": mode.steps,
+        "tasks_per_step": mode.tasks_per_step,
+        "group_size": mode.group_size,
+        "fill": True,
+        "max_new_tokens": env.max_new_tokens,
+        "max_turns": env.max_turns,
+        "actions": env.actions,
+        "lr": mode.lr,
+        "device": mode.device,
+        "dtype": mode.dtype,
+        "eval_every": mode.eval_every,
+        "eval_episodes": mode.eval_episodes,
+        "eval_batch_size": mode.eval_episodes,
+        "eval_before": eval_before,
+        "out_dir": str(run_dir),
+        "seed": seed,
+        "checkpoint_every": mode.checkpoint_every,
+        "save_final": False,
+        "tensorboard": False,
+        "progress": False,
+        **mode.extra,
+    }
+    return json.loads(json.dumps(config))
+
+
+def build_grid(
+    mode: Mode, out_root: Path, *, envs: dict[str, EnvSetting] = ENVS, methods: dict[str, Method] = METHODS
+) -> list[Run]:
+    """Every cell of ``mode``, in run order: R³L and GRPO on every env and seed first, then the next pair."""
+    rank = {key: i for i, key in enumerate(methods)}
+    order = sorted(
+        ((m, e, s) for m in mode.methods for e in mode.envs for s in mode.seeds if mode.runs_on(m, e)),
+        key=lambda c: (rank[c[0]] // 2, c[2], mode.envs.index(c[1]), rank[c[0]]),
+    )
+    runs = []
+    for method_key, env_key, seed in order:
+        run_dir = out_root / env_key / method_key / f"seed{seed}"
+        # The initial model is the same in every cell of an (env, seed) and so are the held-out episodes: the
+        # env's first method evaluates it before training, the others reuse that eval (see ``aggregate``).
+        first = next(m for m in mode.methods if mode.runs_on(m, env_key))
+        config = run_config(mode, envs[env_key], methods[method_key], seed, run_dir, eval_before=method_key == first)
+        runs.append(Run(env_key, method_key, seed, run_dir, config, envs[env_key].setup))
+    return runs

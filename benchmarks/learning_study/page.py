@@ -1,0 +1,242 @@
+"""The section ``learning`` of RESULTS.md, rendered from the report data alone (:func:`render`): the same dict that
+is saved as ``results/learning.json``, so a saved file renders the same page again."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import _report  # benchmarks/_report.py (the package lives beside it): the machine line every benchmark prints
+
+from .discussion import discussion
+from .fmt import count, interval, num, table
+from .grid import PAPER_ROWS, EnvSetting, Method, Mode
+
+_BUDGET_HEADER = (
+    "env|method|trajectories|generated tokens|speed/generated_tokens|env steps|train success|tokens / success|"
+    "env steps / success|steps with a gradient|held-out turns|held-out parse errors / turn|wall min"
+)
+_RETRY_HEADER = (
+    "env|method|reflector|reflections parsed|retries|mean pivot|beat base|retry success|tokens pivot ÷ scratch|"
+    "env steps pivot ÷ scratch|agent tokens masked"
+)
+_ENV_HEADER = "env|id|kwargs|actions|max turns|max new tokens|kind|data"
+
+
+def render(data: dict[str, Any], *, page_dir: Path) -> str:
+    """The RESULTS.md section for the report ``data`` (as :func:`learning_study.report.report_data` builds it, or
+    as read back from ``learning.json``): tables, plots (linked relative to ``page_dir``), discussion, missing
+    cells, settings."""
+    mode = Mode.from_dict(data["mode"])
+    envs = {k: EnvSetting.from_dict(v) for k, v in data["envs"].items()}
+    methods = {k: Method.from_dict(v) for k, v in data["methods"].items()}
+    history = data["invocations"]
+    md = _heading(data, mode, history)
+    md += _results(data["cells"], mode, methods)
+    md += _budget(data["cells"], mode, methods)
+    md += _retries(data["cells"], mode, methods)
+    if data["plots"]:
+        md += ["", "### Held-out success and score vs sampled trajectories (95 % CI bands over seeds)", ""]
+        md += [f"![{env}]({os.path.relpath(path, page_dir)})" for env, path in data["plots"].items()]
+    md += ["", "### Discussion (generated from the numbers above)", "", *discussion(mode, data, methods)]
+    if data["missing"]:
+        md += ["", "### Missing cells", ""]
+        md += [
+            f"- {m['env']} × {methods[m['method']].label}: seed(s) {', '.join(map(str, m['seeds']))} not finished"
+            + (f" (seed(s) {', '.join(map(str, m['stale']))}: a run of an older configuration)" if m["stale"] else "")
+            for m in data["missing"]
+        ]
+        if history and history[-1].get("stopped"):
+            md += ["", history[-1]["stopped"]]
+    md += _settings(mode, envs, methods, data.get("train_config"))
+    return "\n".join(md)
+
+
+def _heading(data: dict[str, Any], mode: Mode, history: Sequence[dict[str, Any]]) -> list[str]:
+    cells = data["cells"]
+    total = sum(mode.runs_on(m, e) for m in mode.methods for e in mode.envs) * len(mode.seeds)
+    done = sum(len(c["seeds"]) for c in cells.values())
+    per_seed = mode.steps * mode.tasks_per_step * mode.group_size
+    return [
+        f"## Learning at an equal sampling budget (`benchmarks/learning.py`, mode `{mode.name}`)",
+        "",
+        f"{_report.machine_line(data['machine'])} {data['versions']}.",
+        f"Model `{mode.model}` ({mode.dtype}) on `{mode.device}`. The runs were made by "
+        + (f"{len(history)} invocation(s) (each resumes what the previous left):" if history else "(no record):"),
+        "",
+        *(f"- {_invocation(h)}" for h in history),
+        f"- this page: `{data['command']}`",
+        "",
+        f"Mode `{mode.name}`: {mode.description}. Every cell samples {mode.steps} steps × "
+        f"{mode.tasks_per_step} task(s) × {mode.group_size} trajectories = {per_seed} trajectories per seed "
+        f"(R³L: N/2 = {mode.group_size // 2} base(s) per task, their retries, topped up with bases); lr {mode.lr:g}; "
+        f"held out: {mode.eval_episodes} episodes of the test split at temperature 0.4, the same episodes for every "
+        "method of a seed (so the eval before training, when a run did not make it itself, is that of the first "
+        f"method of the same env and seed). Seeds {', '.join(map(str, mode.seeds))}. "
+        f"**{done} of {total} runs finished.**",
+        "",
+        "Cells: mean over seeds ± half-width of the 95 % t-interval (n = finished seeds; one seed has no interval; "
+        "intervals are not clipped to [0, 1], and with n = 2 the t quantile is 12.7, so they are wide). "
+        "The paper's numbers (R3L.md §8) are for Qwen2.5-1.5B with 96 tasks × 8 samples per step on 8 GPUs; nothing "
+        "here is comparable to them in size.",
+    ]
+
+
+def grid_table(
+    cells: dict[str, Any], mode: Mode, methods: dict[str, Method], rows: Sequence[str], fmt: Callable
+) -> list[str]:
+    """A methods × envs table whose cells are ``fmt(cell)`` ("not run" where the mode has no such cell)."""
+    body = [
+        [methods[m].label, *(fmt(cells[f"{m}|{e}"]) if mode.runs_on(m, e) else "not run" for e in mode.envs)]
+        for m in rows
+    ]
+    return table(["method", *mode.envs], body)
+
+
+def _results(cells: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> list[str]:
+    main_rows = [m for m in PAPER_ROWS if m in mode.methods]
+    md = ["", "### Held-out success after training (the paper's table shape)", ""]
+    md += grid_table(cells, mode, methods, main_rows, lambda c: interval(c["success"]))
+    md += ["", "### Held-out score after training", ""]
+    md += grid_table(cells, mode, methods, main_rows, lambda c: interval(c["score"]))
+    md += ["", "### Change from the eval before training (paired by seed): success / score", ""]
+    md += grid_table(
+        cells,
+        mode,
+        methods,
+        mode.methods,
+        lambda c: f"{interval(c['success_delta'], signed=True)} / {interval(c['score_delta'], signed=True)}",
+    )
+    ablation_rows = [m for m in mode.methods if methods[m].role in ("r3l", "ablation")]
+    if len(ablation_rows) > 1:
+        md += ["", "### Ablations: held-out success / score", ""]
+        md += grid_table(
+            cells,
+            dataclasses.replace(mode, envs=mode.envs_of(ablation_rows[1:])),
+            methods,
+            ablation_rows,
+            lambda c: f"{interval(c['success'])} / {num(c['score']['mean'])}",
+        )
+    math_envs = tuple(e for e in mode.envs if any(cells[f"{m}|{e}"]["first_attempt"]["n"] for m in mode.methods))
+    if math_envs:
+        md += ["", "### Math: first-attempt success (pass@1) / solved within the attempts", ""]
+        md += grid_table(
+            cells,
+            dataclasses.replace(mode, envs=math_envs),
+            methods,
+            mode.methods,
+            lambda c: f"{interval(c['first_attempt'])} / {num(c['success']['mean'])}",
+        )
+    return md
+
+
+def _budget(cells: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> list[str]:
+    md = [
+        "",
+        "### Budget per run (mean over finished seeds)",
+        "",
+        "Sampled trajectories are the budget every method gets. Generated tokens: what the policy generated in "
+        "rollouts (a retry's reused prefix excluded) plus self-reflections (the oracle generates none); the learner's "
+        "own `speed/generated_tokens`, summed, leaves out reflections. Env steps: actions played. Train success: the "
+        "fraction of sampled trajectories that won; per success: pooled over seeds. Steps with a gradient: steps whose "
+        "gradient norm was not 0 (in a step where every group's rewards were equal and there was no auxiliary sample, "
+        "only weight decay and Adam's momentum move the weights; GRPO's KL term has a gradient once weight decay has "
+        "moved the weights off the reference, rewards or not). Held-out turns and parse errors "
+        "(replies with no usable action, which do not step the env): the eval after training.",
+        "",
+    ]
+    rows = []
+    for e in mode.envs:
+        for m in mode.methods:
+            c, econ = cells[f"{m}|{e}"], cells[f"{m}|{e}"]["economics"]
+            if c["seeds"]:
+                totals = (c["trajectories"], c["generated_tokens"], c["logged_generated_tokens"], c["env_steps"])
+                per_success = (count(econ["tokens_per_success"]), num(econ["env_steps_per_success"], 1))
+                success = num(econ["train_success_rate"])
+                row = [e, methods[m].label, *(count(s["mean"]) for s in totals), success, *per_success]
+                row.append(f"{num(c['updates']['mean'], 1)} of {mode.steps}")
+                held_out = (num(c["eval_turns"]["mean"], 1), num(c["eval_parse_errors"]["mean"], 2))
+                rows.append([*row, *held_out, num(c["wall_min"]["mean"], 1)])
+    return md + table(_BUDGET_HEADER.split("|"), rows or [["—"] * 13])
+
+
+def _retries(cells: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> list[str]:
+    md = [
+        "",
+        "### Retry economics (reflect-retry methods, pooled over seeds and steps)",
+        "",
+        "Ratios of sums over every collected retry. *Pivot ÷ scratch*: what the retries generated and played from "
+        "their pivot, relative to what the same retries would have cost replayed from turn 0 (the prefix again + the "
+        "same suffix). The learning result of retrying from scratch is the row *R³L, retry from scratch* of the "
+        "ablation table (same reflections, retries replayed from turn 0). *Agent tokens masked*: the share of the "
+        "generated agent tokens that pivotal credit took out of the loss (the turns before the pivot of a retried "
+        "base and of its retry); where it is 0 the masks did not change the gradient.",
+        "",
+    ]
+    rows = []
+    for e in mode.envs:
+        for m in mode.methods:
+            c, econ = cells[f"{m}|{e}"], cells[f"{m}|{e}"]["economics"]
+            if c["seeds"] and econ["parse_rate"] is not None:
+                rates = ("parse_rate", "retries", "mean_pivot", "beat_base_rate", "retry_success_rate")
+                costs = ("token_cost_vs_scratch", "step_cost_vs_scratch", "masked_share")
+                rows.append(
+                    [e, methods[m].label, methods[m].reflector]
+                    + [count(econ[k]) if k == "retries" else num(econ[k], 2) for k in rates + costs]
+                )
+    return md + table(_RETRY_HEADER.split("|"), rows or [["—"] * 11])
+
+
+def _settings(
+    mode: Mode, envs: dict[str, EnvSetting], methods: dict[str, Method], train_config: dict[str, Any] | None
+) -> list[str]:
+    md = ["", "### Settings", "", "Per env (the `ENVS` table; the same for every method):", ""]
+    rows = []
+    for key in mode.envs:
+        s = envs[key]
+        rows.append([key, f"`{s.env}`", f"`{json.dumps(s.kwargs)}`", s.actions, str(s.max_turns)])
+        rows[-1] += [str(s.max_new_tokens), s.kind, s.data]
+    md += table(_ENV_HEADER.split("|"), rows)
+    flags = "; ".join(f"{methods[m].label} = `{method_flags(methods[m])}`" for m in mode.methods)
+    md += ["", f"Methods: {flags}."]
+    if train_config is None:  # no run directory held a config.json when the data was gathered
+        return md
+    md += [
+        "",
+        "Every other TrainConfig field (one run's `config.json`):",
+        "",
+        f"`{json.dumps(train_config['shared'])}`",
+    ]
+    differ = [f"{o['run']} ({json.dumps(o['changes'])[1:-1]})" for o in train_config["memory_overrides"]]
+    if differ:
+        md += [
+            "",
+            "Runs made with another micro-batch size, for memory (the loss does not depend on it): "
+            + ", ".join(differ)
+            + ".",
+        ]
+    return md
+
+
+def _invocation(h: dict[str, Any]) -> str:
+    outcomes = ", ".join(f"{v} {k}" for k, v in sorted(h.get("counts", {}).items()))
+    return (
+        f"`{h.get('command', '?')}` on {h.get('started', '?')}: {h.get('wall_min', '?')} min, {h.get('jobs', '?')} "
+        f"run(s) at a time with {h.get('threads', '?')} torch thread(s) each, load average {h.get('load_start', '?')} "
+        f"at the start and {h.get('load_end', '?')} at the end (2-core machine shared with other jobs); "
+        f"runs: {outcomes}"
+    )
+
+
+def method_flags(method: Method) -> str:
+    """The ``r3l train`` flags that select ``method``."""
+    flags = f"--algo {method.algo}"
+    if method.ablations:
+        flags += " --ablations " + " ".join(method.ablations)
+    if method.algo == "r3l" and "no_reflect_retry" not in method.ablations:
+        flags += f" --reflector {method.reflector}"
+    return flags

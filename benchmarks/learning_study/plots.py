@@ -1,0 +1,68 @@
+"""The page's plots: per env, held-out success and score vs sampled trajectories, mean over seeds with 95 % CI
+bands, R³L beside the baselines and beside its variants."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from .grid import METHODS, Method, Mode
+from .stats import mean_ci
+
+
+def plot_curves(
+    mode: Mode, agg: dict[str, Any], plots_dir: Path, methods: dict[str, Method] = METHODS
+) -> dict[str, Path]:
+    """Per env: held-out success and score vs sampled trajectories, mean over seeds with a 95 % CI band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    groups = {
+        "R³L vs baselines": [m for m in mode.methods if methods[m].role in ("r3l", "baseline")],
+        "R³L variants": [m for m in mode.methods if methods[m].role != "baseline"],
+    }
+    for env in mode.envs:
+        fig, axes = plt.subplots(2, 2, figsize=(11, 6.5), sharex=True, squeeze=False)
+        drawn = False
+        for col, (title, keys) in enumerate(groups.items()):
+            for row, metric in enumerate(("success", "score")):
+                ax = axes[row][col]
+                for key in keys:
+                    runs = [r for r in agg["runs"] if r["env"] == env and r["method"] == key and r["finished"]]
+                    if not runs:
+                        continue
+                    steps = sorted({c["step"] for r in runs for c in r["curve"]})
+                    xs, ms, los, his = [], [], [], []
+                    for step in steps:
+                        points = [c for r in runs for c in r["curve"] if c["step"] == step and c[metric] is not None]
+                        if len(points) < len(runs):
+                            continue
+                        stat = mean_ci([p[metric] for p in points])
+                        xs.append(statistics.fmean(p["trajectories"] for p in points))
+                        ms.append(stat["mean"])
+                        los.append(stat["lo"] if stat["lo"] is not None else stat["mean"])
+                        his.append(stat["hi"] if stat["hi"] is not None else stat["mean"])
+                    if not xs:
+                        continue
+                    line = ax.plot(xs, ms, marker="o", label=f"{methods[key].label} (n={len(runs)})")[0]
+                    ax.fill_between(xs, los, his, color=line.get_color(), alpha=0.15)
+                    drawn = True
+                ax.set_title(f"{env}: held-out {metric} — {title}", fontsize=9)
+                ax.set_ylim(-0.03, 1.03)
+                ax.grid(alpha=0.3)
+                if row == 1:
+                    ax.set_xlabel("sampled trajectories")
+                if ax.lines:
+                    ax.legend(fontsize=7)
+        fig.tight_layout()
+        if drawn:
+            path = plots_dir / f"{env}.png"
+            fig.savefig(path, dpi=100)
+            written[env] = path
+        plt.close(fig)
+    return written

@@ -1,0 +1,90 @@
+"""Writes the learning report: the section ``learning`` of RESULTS.md, ``results/learning.json`` and one plot per
+env, from the run directories (:func:`write_report`) or again from a saved ``learning.json`` (:func:`rewrite_report`,
+for a change of wording or layout without the runs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import _report  # benchmarks/_report.py: machine facts, and the one writer of RESULTS.md sections
+
+from .aggregate import aggregate, train_config
+from .discussion import discussion
+from .grid import ENVS, METHODS, EnvSetting, Method, Mode, Run
+from .page import render
+from .plots import plot_curves
+
+SECTION = "learning"
+
+
+def library_versions() -> str:
+    """The versions of the learner's heavy libraries (torch, transformers), for the page's machine line."""
+    out = []
+    for dist in ("torch", "transformers"):
+        try:
+            out.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return ", ".join(out)
+
+
+def write_report(
+    mode: Mode,
+    runs: Sequence[Run],
+    *,
+    command: str,
+    results_md: Path,
+    results_dir: Path,
+    plots_dir: Path,
+    history: Sequence[dict[str, Any]] = (),
+    envs: dict[str, EnvSetting] = ENVS,
+    methods: dict[str, Method] = METHODS,
+) -> dict[str, Any]:
+    """Aggregate the run directories of ``runs`` and write the section, the JSON and the plots; returns the data."""
+    agg = aggregate(mode, runs, methods)
+    plots = plot_curves(mode, agg, plots_dir, methods)
+    data = {
+        "mode": dataclasses.asdict(mode),
+        "command": command,
+        "machine": _report.machine(),
+        "versions": library_versions(),
+        "invocations": list(history),
+        "envs": {k: dataclasses.asdict(envs[k]) for k in mode.envs},
+        "methods": {k: dataclasses.asdict(methods[k]) for k in mode.methods},
+        "configs": {r.name: r.config for r in runs},
+        **agg,
+        "discussion": discussion(mode, agg, methods),
+        "plots": {k: str(v) for k, v in plots.items()},
+        "train_config": train_config(agg),
+    }
+    _write(data, results_md, results_dir)
+    return data
+
+
+def rewrite_report(saved: Path, *, results_md: Path, results_dir: Path, plots_dir: Path) -> dict[str, Any]:
+    """Render the section and the plots again from a saved ``learning.json``, runs or no runs.
+
+    The data is written back as it was read, except for the plot paths (where the plots went this time); the
+    discussion is regenerated from the numbers. A file written before ``train_config`` was recorded renders without
+    the paragraph listing the shared TrainConfig fields."""
+    data = json.loads(Path(saved).read_text())
+    missing = {"mode", "command", "machine", "versions", "invocations", "envs", "methods", "cells", "runs"} - set(data)
+    if missing:
+        raise ValueError(f"{saved} is not a learning report (no {sorted(missing)}): pass a results/learning.json")
+    mode = Mode.from_dict(data["mode"])
+    methods = {k: Method.from_dict(v) for k, v in data["methods"].items()}
+    plots = plot_curves(mode, data, plots_dir, methods)
+    data["plots"] = {k: str(v) for k, v in plots.items()}
+    data["discussion"] = discussion(mode, data, methods)
+    _write(data, results_md, results_dir)
+    return data
+
+
+def _write(data: dict[str, Any], results_md: Path, results_dir: Path) -> None:
+    markdown = render(data, page_dir=Path(results_md).parent)
+    _report.write_section(SECTION, markdown, data, results_md=Path(results_md), results_dir=Path(results_dir))

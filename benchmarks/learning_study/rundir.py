@@ -1,0 +1,60 @@
+"""What a run directory holds (``config.json``, ``metrics.jsonl``, ``summary.txt``, checkpoints, ``run.json``) and
+what that makes its run: done, resumable, fresh, or a run of another configuration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .grid import Run
+
+#: TrainConfig fields an invocation may override for memory: the loss does not depend on them (1×8 = 8×1 is tested)
+MEMORY_ONLY = frozenset({"micro_batch_size"})
+
+
+def metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of the run's ``metrics.jsonl`` (none before it exists)."""
+    from r3l_learn.metrics import read_metrics
+
+    path = run_dir / "metrics.jsonl"
+    return read_metrics(path) if path.is_file() else []
+
+
+def finished(run: Run) -> bool:
+    """The run wrote its summary and its final record (the final eval, or the last step without evals)."""
+    if not (run.run_dir / "summary.txt").is_file():
+        return False
+    key = "eval/success_rate" if run.config["eval_episodes"] else "train/reward"
+    return any(r.get("step") == run.config["steps"] and key in r for r in metrics(run.run_dir))
+
+
+def state(run: Run) -> str:
+    """``done``, ``resume`` (checkpoints, no final eval), ``fresh`` (nothing usable) or ``stale`` (the run
+    directory holds a run of another configuration)."""
+    from r3l_learn.train import RESUMABLE_CHANGES  # what a run may change and still resume
+
+    saved = run.run_dir / "config.json"
+    if saved.is_file():
+        old = json.loads(saved.read_text())
+        free = RESUMABLE_CHANGES | MEMORY_ONLY
+        changed = [k for k in run.config if k not in free and old.get(k) != run.config[k]]
+        if changed:
+            return "stale"
+    if finished(run):
+        return "done"
+    from r3l_learn.checkpoints import latest_checkpoint
+
+    return "resume" if latest_checkpoint(run.run_dir / "checkpoints") else "fresh"
+
+
+def attempts(run_dir: Path) -> list[dict[str, Any]]:
+    """Every subprocess that ran this cell (``run.json``): return code, wall time, load, resumed or not."""
+    path = run_dir / "run.json"
+    return json.loads(path.read_text())["attempts"] if path.is_file() else []
+
+
+def append_attempt(run_dir: Path, attempt: dict[str, Any]) -> None:
+    """Record one more attempt in ``run.json``."""
+    data = {"attempts": [*attempts(run_dir), attempt]}
+    (run_dir / "run.json").write_text(json.dumps(data, indent=2) + "\n")

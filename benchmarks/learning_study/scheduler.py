@@ -1,0 +1,215 @@
+"""Runs the cells of a grid that are not done yet, each in its own subprocess (:mod:`learning_study.child`),
+``jobs`` at a time: a finished run is skipped, a checkpointed one resumed, so rerunning an interrupted sweep
+continues it; past the deadline the runs in flight are interrupted (they save a checkpoint) and no new one starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import BENCHMARKS, ROOT
+from .child import register_setup
+from .grid import ENVS, METHODS, EnvSetting, Method, Mode, Run, build_grid
+from .rundir import MEMORY_ONLY, append_attempt, finished, state
+
+logger = logging.getLogger("bench.learning")
+
+
+def load_now() -> float:
+    """The 1-minute load average (recorded with every run: the machine is shared)."""
+    return os.getloadavg()[0]
+
+
+def auto_threads(jobs: int) -> int:
+    """Threads per run: the cores other work leaves free, shared among the parallel runs; at least 1. On a
+    loaded machine torch's spin-waiting threads collapse when they outnumber free cores, so 1 is the safe floor."""
+    cores = os.cpu_count() or 1
+    return max(1, (cores - round(load_now())) // max(jobs, 1))
+
+
+@dataclass
+class Outcome:
+    run: Run
+    status: str  # done, failed, interrupted, skipped, not-started
+    wall_s: float = 0.0
+    returncode: int | None = None
+
+
+class Sweep:
+    """Runs cells in subprocesses, ``jobs`` at a time, until done or the deadline (``time.monotonic()``)."""
+
+    def __init__(
+        self, *, jobs: int = 1, threads: int = 1, deadline: float | None = None, run_timeout: float | None = None
+    ):
+        self.jobs, self.threads, self.deadline, self.run_timeout = jobs, threads, deadline, run_timeout
+        self._stop = threading.Event()
+
+    def run(self, runs: Sequence[Run], *, keep_checkpoints: bool = False) -> list[Outcome]:
+        def one(run: Run) -> Outcome:
+            if self._stop.is_set() or (self.deadline is not None and time.monotonic() >= self.deadline):
+                return Outcome(run, "not-started")
+            return self._execute(run, keep_checkpoints)
+
+        with ThreadPoolExecutor(max_workers=max(self.jobs, 1)) as pool:
+            futures = [pool.submit(one, run) for run in runs]
+            try:
+                return [f.result() for f in futures]
+            except KeyboardInterrupt:
+                logger.warning("interrupted: stopping the runs in flight (each saves a checkpoint)")
+                self._stop.set()  # each waiting thread sends its run one SIGINT (a second one would abort the save)
+                return [f.result() for f in futures]
+
+    def _execute(self, run: Run, keep_checkpoints: bool) -> Outcome:
+        status = state(run)
+        if status == "done":
+            return Outcome(run, "skipped")
+        if status == "stale":
+            raise RuntimeError(f"{run.run_dir} holds a run of another configuration (pass --rerun-stale)")
+        if status == "fresh" and run.run_dir.exists():
+            shutil.rmtree(run.run_dir)  # a crash before the first checkpoint: nothing to resume
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        spec = {"config": run.config, "setup": run.setup, "resume": status == "resume", "threads": self.threads}
+        (run.run_dir / "spec.json").write_text(json.dumps(spec, indent=2) + "\n")
+        cmd = [sys.executable, "-m", "learning_study.child", str(run.run_dir)]
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
+        paths = (str(ROOT), str(BENCHMARKS), env.get("PYTHONPATH", ""))  # r3l's packages, then this package
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+        load_start, start, started = load_now(), time.monotonic(), time.strftime("%Y-%m-%d %H:%M:%S %Z")
+        logger.info(
+            "%s: %s (threads %d, load %.1f)",
+            run.name,
+            "resuming" if spec["resume"] else "starting",
+            self.threads,
+            load_start,
+        )
+        with open(run.run_dir / "train.log", "a") as log:
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
+            )
+            interrupted = self._wait(proc, start)
+        wall = time.monotonic() - start
+        attempt = {
+            "returncode": proc.returncode,
+            "wall_s": round(wall, 1),
+            "resumed": spec["resume"],
+            "interrupted": interrupted,
+            "threads": self.threads,
+            "load_start": round(load_start, 2),
+            "load_end": round(load_now(), 2),
+            "started": started,
+        }
+        append_attempt(run.run_dir, attempt)
+        done = finished(run)
+        if done and not keep_checkpoints:
+            shutil.rmtree(run.run_dir / "checkpoints", ignore_errors=True)
+        outcome = "done" if done else ("interrupted" if interrupted else "failed")
+        logger.info("%s: %s in %.0f s (rc %s)", run.name, outcome, wall, proc.returncode)
+        if outcome == "failed":
+            logger.warning("%s failed; the end of its log:\n%s", run.name, _tail(run.run_dir / "train.log"))
+        return Outcome(run, outcome, wall, proc.returncode)
+
+    def _wait(self, proc: subprocess.Popen, start: float) -> bool:
+        """Wait for ``proc``; past the deadline or the run timeout, SIGINT it (the learner checkpoints) and
+        give it two minutes before killing it. Returns whether it was interrupted."""
+        limits = [t for t in (self.deadline, start + self.run_timeout if self.run_timeout else None) if t]
+        while True:
+            try:
+                proc.wait(timeout=1.0)
+                return False
+            except subprocess.TimeoutExpired:
+                pass
+            if self._stop.is_set() or (limits and time.monotonic() >= min(limits)):
+                break
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return True
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def sweep(
+    mode: Mode,
+    *,
+    out_root: Path,
+    envs: dict[str, EnvSetting] = ENVS,
+    methods: dict[str, Method] = METHODS,
+    only: Callable[[Run], bool] | None = None,
+    jobs: int = 1,
+    threads: int | None = None,
+    time_budget_min: float | None = None,
+    run_timeout_min: float | None = None,
+    rerun_stale: bool = False,
+    keep_checkpoints: bool = False,
+    overrides: dict[str, Any] | None = None,
+    command: str = "",
+) -> tuple[list[Run], dict[str, Any]]:
+    """Run the cells of ``mode`` that are not done yet (those ``only`` selects); returns the grid and what this
+    invocation did, which is also appended to ``out_root/sweeps.jsonl`` (the page lists every invocation)."""
+    runs = build_grid(mode, out_root, envs=envs, methods=methods)
+    todo = [r for r in runs if only is None or only(r)]
+    if overrides:
+        if set(overrides) - MEMORY_ONLY:
+            raise ValueError(f"only {sorted(MEMORY_ONLY)} may be overridden, got {sorted(overrides)}")
+        todo = [dataclasses.replace(r, config={**r.config, **overrides}) for r in todo]
+    for setup in {r.setup for r in todo if r.setup}:
+        register_setup(setup)
+    from r3l_learn.train import TrainConfig
+
+    for r in todo:
+        TrainConfig(**r.config)  # every cell's config is valid before anything runs
+    stale = [r for r in todo if state(r) == "stale"]
+    if stale and not rerun_stale:
+        names = ", ".join(str(r.run_dir) for r in stale[:5])
+        raise SystemExit(
+            f"{len(stale)} run dirs hold runs of another configuration ({names}, ...): "
+            "pass --rerun-stale to delete and rerun them, or choose another --out-root"
+        )
+    for r in stale:
+        shutil.rmtree(r.run_dir)
+    threads = threads or auto_threads(jobs)
+    start = time.monotonic()
+    deadline = start + time_budget_min * 60 if time_budget_min else None
+    info: dict[str, Any] = {"command": command, "started": time.strftime("%Y-%m-%d %H:%M %Z")}
+    info.update(load_start=round(load_now(), 2), threads=threads, jobs=jobs)
+    runner = Sweep(
+        jobs=jobs, threads=threads, deadline=deadline, run_timeout=run_timeout_min * 60 if run_timeout_min else None
+    )
+    outcomes = runner.run(todo, keep_checkpoints=keep_checkpoints)
+    info["wall_min"] = round((time.monotonic() - start) / 60, 1)
+    info["load_end"] = round(load_now(), 2)
+    info["outcomes"] = {o.run.name: {"status": o.status, "wall_s": round(o.wall_s, 1)} for o in outcomes}
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    info["counts"] = counts
+    if counts.get("not-started") or counts.get("interrupted"):
+        info["stopped"] = (
+            f"The sweep stopped at its time budget ({time_budget_min} min): runs not started or interrupted are "
+            "missing above; rerunning the same command resumes them."
+        )
+    out_root.mkdir(parents=True, exist_ok=True)
+    with open(out_root / "sweeps.jsonl", "a") as f:
+        f.write(json.dumps(info) + "\n")
+    return runs, info
