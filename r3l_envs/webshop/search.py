@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SEARCH_RETURN_N", "SearchIndex", "build_index", "product_text"]
+__all__ = ["SEARCH_RETURN_N", "SearchIndex", "build_index", "product_text", "tokenize"]
 
 #: WebShop's number of retrieved products per search.
 SEARCH_RETURN_N = 50
@@ -30,7 +30,9 @@ def _stemmer():
     return Stemmer.Stemmer("english")
 
 
-def _tokenize(texts: list[str], *, return_ids: bool):
+def tokenize(texts: list[str], *, return_ids: bool):
+    """``texts`` as the index reads them (bm25s tokens: English stopwords out, Snowball-stemmed): token ids to
+    build an index (``return_ids=True``), token strings to query one."""
     import bm25s
 
     return bm25s.tokenize(texts, stopwords="en", stemmer=_stemmer(), return_ids=return_ids, show_progress=False)
@@ -48,7 +50,7 @@ def build_index(texts: Sequence[str], folder: Path) -> None:
     import bm25s
 
     retriever = bm25s.BM25(k1=BM25_K1, b=BM25_B, method="lucene")
-    retriever.index(_tokenize(list(texts), return_ids=True), show_progress=False)
+    retriever.index(tokenize(list(texts), return_ids=True), show_progress=False)
     retriever.save(str(folder))
 
 
@@ -63,7 +65,7 @@ class SearchIndex:
 
     def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[int]:
         """The ``k`` best-scoring products for ``query`` (score > 0), ties in catalogue order."""
-        tokens = _tokenize([query], return_ids=False)[0]
+        tokens = tokenize([query], return_ids=False)[0]
         ids = self._retriever.get_tokens_ids(tokens)
         if not ids:
             return []
