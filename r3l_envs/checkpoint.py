@@ -5,7 +5,12 @@ wrapper around it (``TimeLimit``'s elapsed steps, ``OrderEnforcing``'s reset fla
 validates everything first — env id, kwargs, wrapper stack, task, versions, integrity — and only then
 changes the env, so a checkpoint that does not belong raises a typed error and leaves the env untouched.
 
-Checkpoints are pickles: restore only checkpoints you wrote (as with ``torch.load``).
+Checkpoint bytes never execute what they hold: the fields and the saved state are tagged plain data
+(:mod:`r3l_envs.codec`), so bytes from another machine or from a stranger decode to data or raise
+:class:`~r3l_envs.errors.CorruptCheckpointError`. ``to_bytes()`` writes ``R3LCKPT\0``, the format version
+(2 bytes) and a sha256 of the version and the body, then the body: a flipped or missing byte is refused. The
+digest has no key: it catches damage, not forgery, and a forged body is only ever plain data that restore
+checks for shape before it touches the env. Format 1 (a pickle) is read only with ``trusted=True``.
 """
 
 from __future__ import annotations
@@ -14,28 +19,37 @@ import copy
 import hashlib
 import pickle
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker, TimeLimit
 
+from r3l_envs import codec
 from r3l_envs._version import __version__
-from r3l_envs.core import RestoreKind, TextEnv
+from r3l_envs.core import RestoreKind, TextEnv, _Episode
 from r3l_envs.errors import (
     CheckpointMismatchError,
     CheckpointVersionError,
     CorruptCheckpointError,
+    R3LEnvError,
     UnsupportedWrapperError,
 )
 
 __all__ = ["FORMAT_VERSION", "Checkpoint", "checkpoint", "register_wrapper_state", "restore"]
 
 #: Version of the byte layout written by :meth:`Checkpoint.to_bytes`. Readers refuse newer formats.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_PICKLE_FORMAT = 1  # the format before this one: a pickle, read only when the caller vouches for the bytes
 _MAGIC = b"R3LCKPT\x00"
-_HEADER = struct.Struct(">H32s")  # format version, sha256 of the body
+_HEADER = struct.Struct(">H32s")  # format version, sha256 of the version and the body
+_VERSION = struct.Struct(">H")
+_RESTORE_KINDS = ("native", "replay")
+_BIT_GENERATORS = frozenset({"MT19937", "PCG64", "PCG64DXSM", "Philox", "SFC64"})
+
+codec.register_type(_Episode)
 
 # Kwargs that change how an env is shown, not how it behaves: a checkpoint may move across them.
 _PRESENTATION_KWARGS = frozenset({"render_mode"})
@@ -45,8 +59,8 @@ _PRESENTATION_KWARGS = frozenset({"render_mode"})
 class Checkpoint:
     """A restorable snapshot of an env and its wrappers at one step of one episode.
 
-    The metadata is readable without unpickling the state; ``payload`` holds the state itself, pickled once
-    at capture so that every restore starts from a fresh copy.
+    The metadata is readable without decoding the state; ``payload`` holds the state itself, encoded once at
+    capture (:mod:`r3l_envs.codec`) so that every restore starts from a fresh copy.
     """
 
     env_id: str
@@ -58,20 +72,30 @@ class Checkpoint:
     library_version: str
     format_version: int
     payload: bytes
-
-    @property
-    def digest(self) -> str:
-        """sha256 of the saved state: equal digests mean identical saved states."""
-        return hashlib.sha256(self.payload).hexdigest()
+    #: sha256 (hex) of ``payload``, taken at capture: equal digests mean identical saved states, and restore
+    #: refuses a payload that no longer matches it (altered after capture).
+    digest: str
 
     def to_bytes(self) -> bytes:
-        """Serialise with a magic header, the format version and an integrity digest."""
-        body = pickle.dumps(self.__dict__, protocol=pickle.HIGHEST_PROTOCOL)
-        return _MAGIC + _HEADER.pack(FORMAT_VERSION, hashlib.sha256(body).digest()) + body
+        """Serialise as plain data behind a magic header, the format version and an integrity digest."""
+        fields = {**self.__dict__, "format_version": FORMAT_VERSION}
+        body = codec.encode(fields)
+        version = _VERSION.pack(FORMAT_VERSION)
+        return _MAGIC + version + hashlib.sha256(version + body).digest() + body
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Checkpoint:
-        """Inverse of :meth:`to_bytes`; raises :class:`CorruptCheckpointError` or :class:`CheckpointVersionError`."""
+    def from_bytes(cls, data: bytes, *, trusted: bool = False) -> Checkpoint:
+        """Inverse of :meth:`to_bytes`. Never executes anything the bytes hold.
+
+        Args:
+            data: bytes from :meth:`to_bytes`.
+            trusted: also read format 1, which was a pickle: only for bytes you wrote yourself, since
+                unpickling can run any code. The checkpoint comes back in the current, safe format.
+
+        Raises:
+            CorruptCheckpointError: not checkpoint bytes, truncated, altered, or not a checkpoint's fields.
+            CheckpointVersionError: a newer format, or format 1 without ``trusted=True``.
+        """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise CorruptCheckpointError(f"expected bytes from Checkpoint.to_bytes(), got {type(data).__name__}")
         data = bytes(data)
@@ -79,19 +103,83 @@ class Checkpoint:
         if not data.startswith(_MAGIC) or len(data) < start:
             raise CorruptCheckpointError("these bytes are not an r3l checkpoint (bad magic header or truncated)")
         version, digest = _HEADER.unpack_from(data, len(_MAGIC))
+        body = data[start:]
         if version > FORMAT_VERSION:
             raise CheckpointVersionError(
                 f"checkpoint format {version} is newer than this library reads ({FORMAT_VERSION}); "
                 "upgrade r3l to the version that wrote it"
             )
-        body = data[start:]
+        if version == _PICKLE_FORMAT:
+            return cls._from_pickle_format(body, digest, trusted=trusted)
+        if version != FORMAT_VERSION:
+            raise CorruptCheckpointError(f"checkpoint format {version} does not exist (bytes altered?)")
+        if hashlib.sha256(data[len(_MAGIC) : len(_MAGIC) + _VERSION.size] + body).digest() != digest:
+            raise CorruptCheckpointError("checkpoint digest mismatch: the bytes were truncated or altered")
+        return cls(**_checked_fields(codec.decode(body)))
+
+    @classmethod
+    def _from_pickle_format(cls, body: bytes, digest: bytes, *, trusted: bool) -> Checkpoint:
+        if not trusted:
+            raise CheckpointVersionError(
+                f"checkpoint format {_PICKLE_FORMAT} is a pickle, which can run code when read; this library "
+                f"writes format {FORMAT_VERSION}. If you wrote these bytes yourself, read them once with "
+                "Checkpoint.from_bytes(data, trusted=True) and save ckpt.to_bytes() again"
+            )
         if hashlib.sha256(body).digest() != digest:
             raise CorruptCheckpointError("checkpoint digest mismatch: the bytes were truncated or altered")
         try:
-            fields = pickle.loads(body)
-            return cls(**fields)
+            fields = pickle.loads(body)  # the caller vouched for these bytes (trusted=True)
+            payload = codec.encode(pickle.loads(fields["payload"]))
+        except R3LEnvError:
+            raise
         except Exception as exc:  # any unpickling failure means the same thing to the caller
-            raise CorruptCheckpointError(f"checkpoint body does not decode: {exc}") from exc
+            raise CorruptCheckpointError(f"format {_PICKLE_FORMAT} checkpoint does not decode: {exc}") from exc
+        digest_hex = hashlib.sha256(payload).hexdigest()
+        return cls(
+            **_checked_fields({**fields, "payload": payload, "format_version": FORMAT_VERSION, "digest": digest_hex})
+        )
+
+
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "env_id": str,
+    "env_kwargs": dict,
+    "wrappers": tuple,
+    "task_id": str,
+    "step": int,
+    "restore_kind": str,
+    "library_version": str,
+    "format_version": int,
+    "payload": bytes,
+    "digest": str,
+}
+
+
+def _checked_fields(fields: Any) -> dict[str, Any]:
+    """The decoded fields of a :class:`Checkpoint`, or :class:`CorruptCheckpointError` naming what is wrong."""
+    if not isinstance(fields, Mapping) or set(fields) != set(_FIELD_TYPES):
+        found = sorted(map(repr, fields)) if isinstance(fields, Mapping) else type(fields).__name__
+        raise CorruptCheckpointError(f"checkpoint body holds {found}, not the fields {sorted(_FIELD_TYPES)}")
+    for name, kind in _FIELD_TYPES.items():
+        value = fields[name]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise CorruptCheckpointError(f"checkpoint field {name!r} is a {type(value).__name__}, not {kind}")
+    if not all(isinstance(key, str) for key in fields["env_kwargs"]):
+        raise CorruptCheckpointError("checkpoint env_kwargs has a key that is not a str")
+    if not all(isinstance(w, str) for w in fields["wrappers"]):
+        raise CorruptCheckpointError("checkpoint wrappers are not all str")
+    if fields["restore_kind"] not in _RESTORE_KINDS or fields["step"] < 0:
+        raise CorruptCheckpointError(
+            f"checkpoint restore_kind {fields['restore_kind']!r} / step {fields['step']} is not possible"
+        )
+    _check_payload_digest(fields["payload"], fields["digest"])
+    return dict(fields)
+
+
+def _check_payload_digest(payload: Any, digest: Any) -> None:
+    if not isinstance(payload, bytes) or hashlib.sha256(payload).hexdigest() != digest:
+        raise CorruptCheckpointError(
+            "checkpoint payload does not match its digest: the saved state was altered after capture"
+        )
 
 
 # ---------------------------------------------------------------------- wrapper state
@@ -181,6 +269,7 @@ def checkpoint(env: gym.Env) -> Checkpoint:
         "wrappers": [get(w) for w, (get, _) in zip(chain, handlers)],
     }
     episode = state["env"]["episode"]
+    payload = codec.encode(state)
     return Checkpoint(
         env_id=env_id,
         env_kwargs=kwargs,
@@ -190,7 +279,8 @@ def checkpoint(env: gym.Env) -> Checkpoint:
         restore_kind=base.restore_kind,
         library_version=__version__,
         format_version=FORMAT_VERSION,
-        payload=pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL),
+        payload=payload,
+        digest=hashlib.sha256(payload).hexdigest(),
     )
 
 
@@ -206,6 +296,9 @@ def restore(env: gym.Env, ckpt: Checkpoint, *, via: RestoreKind | None = None) -
     Raises:
         CheckpointMismatchError: another env id, kwargs, wrapper stack, or a task not in this env's split.
         CheckpointVersionError: written by another library version or a newer format.
+        CorruptCheckpointError: the saved state is not one this env and wrapper stack can have saved. If it
+            only shows while the env loads it natively, the env drops its episode (the next step asks for a
+            reset) rather than continue from a half-loaded state.
         ReplayDivergenceError: verified replay saw a different observation than the one recorded.
         UnsupportedWrapperError: a wrapper whose state cannot be restored.
     """
@@ -245,10 +338,59 @@ def restore(env: gym.Env, ckpt: Checkpoint, *, via: RestoreKind | None = None) -
         raise ValueError(f"via must be 'native' or 'replay', got {via!r}")
     if via == "native" and base.restore_kind != "native":
         raise CheckpointMismatchError(f"{type(base).__name__} restores by replay only; pass via='replay'")
+    _check_payload_digest(ckpt.payload, ckpt.digest)
+    state = _checked_state(codec.decode(ckpt.payload), ckpt, len(chain))
     try:
-        state = pickle.loads(ckpt.payload)
-    except Exception as exc:
-        raise CorruptCheckpointError(f"checkpoint state does not decode: {exc}") from exc
-    base._restore_state(state["env"], via=via)
+        base._restore_state(state["env"], via=via)
+    except R3LEnvError:
+        raise
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+        base._episode = None  # half-loaded engine state: never continue from it
+        raise CorruptCheckpointError(
+            f"checkpoint state does not fit {type(base).__name__} ({type(exc).__name__}: {exc}); the env's episode "
+            "was dropped: reset it, or restore a checkpoint it wrote"
+        ) from exc
     for wrapper, (_, set_state), wrapper_state in zip(chain, handlers, state["wrappers"]):
         set_state(wrapper, wrapper_state)
+
+
+def _checked_state(state: Any, ckpt: Checkpoint, n_wrappers: int) -> dict[str, Any]:
+    """``state`` if it has the shape :func:`checkpoint` saves for ``ckpt``; else :class:`CorruptCheckpointError`.
+
+    Checked before anything changes: the env-independent parts (the episode record, RNG states, one state per
+    wrapper). What an env saves natively is the env's to load.
+    """
+
+    def require(ok: bool, what: str) -> None:
+        if not ok:
+            raise CorruptCheckpointError(f"checkpoint state is malformed: {what}")
+
+    require(isinstance(state, dict) and set(state) == {"env", "wrappers"}, "not {'env', 'wrappers'}")
+    env, wrappers = state["env"], state["wrappers"]
+    require(isinstance(env, dict) and set(env) == {"episode", "native", "rng", "rng_seed"}, "env state keys")
+    require(isinstance(wrappers, list) and len(wrappers) == n_wrappers, "one state per wrapper")
+    episode = env["episode"]
+    require(isinstance(episode, _Episode), "no episode record")
+    require(isinstance(episode.task_id, str) and episode.task_id == ckpt.task_id, "episode of another task")
+    require(isinstance(episode.task, str) and isinstance(episode.observation, str), "episode texts")
+    require(isinstance(episode.info, dict) and type(episode.done) is bool, "episode info")
+    require(type(episode.step) is int and episode.step == ckpt.step, "episode step differs from the checkpoint's")
+    require(isinstance(episode.actions, list) and all(isinstance(a, str) for a in episode.actions), "actions")
+    require(len(episode.actions) == episode.step, "one action per step")
+    require(isinstance(episode.digests, list) and len(episode.digests) == episode.step + 1, "one digest per step")
+    require(all(isinstance(d, str) for d in episode.digests), "digests")
+    require(env["rng_seed"] is None or type(env["rng_seed"]) is int, "rng seed")
+    for rng in (env["rng"], episode.rng_at_start):
+        require(rng is None or _valid_rng_state(rng), f"RNG state {rng!r:.120}")
+    return state
+
+
+def _valid_rng_state(state: Any) -> bool:
+    """Whether numpy accepts ``state`` as a bit generator's state (of a numpy bit generator, by name)."""
+    if not (isinstance(state, dict) and state.get("bit_generator") in _BIT_GENERATORS):
+        return False
+    try:
+        getattr(np.random, state["bit_generator"])().state = state
+    except (TypeError, ValueError, KeyError, OverflowError):
+        return False
+    return True

@@ -19,6 +19,7 @@ __all__ = [
     "MalformedDataError",
     "R3LEnvError",
     "ReplayDivergenceError",
+    "UnencodableStateError",
     "UnknownTaskError",
     "UnsupportedWrapperError",
 ]
@@ -75,7 +76,13 @@ class CheckpointVersionError(CheckpointError):
 
 
 class CorruptCheckpointError(CheckpointError, ValueError):
-    """The bytes are not a checkpoint, are truncated, or fail their digest."""
+    """The bytes are not a checkpoint, are truncated, fail their digest, or decode to something that is not
+    the state of a checkpoint. Decoding never runs code from the bytes (see :mod:`r3l_envs.codec`)."""
+
+
+class UnencodableStateError(CheckpointError, TypeError):
+    """An env's or wrapper's checkpoint state holds a type that checkpoints cannot carry (see
+    :mod:`r3l_envs.codec`): return plain data, or register the record type."""
 
 
 class UnsupportedWrapperError(CheckpointError, TypeError):

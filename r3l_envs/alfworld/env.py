@@ -19,6 +19,7 @@ from typing import Any
 
 from r3l_envs.alfworld import engine, snapshot
 from r3l_envs.alfworld.games import generated_game, generated_ids, official_games, official_root
+from r3l_envs.codec import register_type
 from r3l_envs.core import TextEnv
 from r3l_envs.errors import UnknownTaskError
 
@@ -28,6 +29,7 @@ _GOAL = re.compile(r"Your task is to: (.*?)\s*$", re.S)
 _serial = itertools.count()
 
 
+@register_type
 @dataclass
 class _Snapshot:
     """Native state of an ALFWorld episode; valid only in the episode (``token``) that took it."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from r3l_envs.codec import register_type
 from r3l_envs.core import TextEnv
 from r3l_envs.errors import MalformedDataError, UnknownTaskError
 from r3l_envs.splits import NumberedIds
@@ -61,6 +62,7 @@ _PROMPT_TAIL = re.compile(r"\n>[^\n]*\Z")  # the input prompt and the status lin
 _MAX_COMMAND = 198  # jericho truncates longer input (with a warning) to fit the Z-machine buffer
 
 
+@register_type
 @dataclass
 class _Snapshot:
     """Native state of a TextWorld episode (see :meth:`TextWorldEnv._save_state`)."""

@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from r3l_envs.codec import register_type
 from r3l_envs.core import TextEnv
 from r3l_envs.splits import NumberedIds
 from r3l_envs.webshop import pages
@@ -28,6 +29,7 @@ MAX_QUERY_CHARS = 500
 _ACTION = re.compile(r"(search|click)\[(.*)\]", re.IGNORECASE | re.DOTALL)
 
 
+@register_type
 class Session(NamedTuple):
     """Everything a step depends on besides the catalogue (immutable: checkpoints share it)."""
 

@@ -1,5 +1,7 @@
 """Checkpoint/restore through the gym.make wrapper stack: exactness, isolation, typed errors."""
 
+import dataclasses
+import hashlib
 import pickle
 import subprocess
 import sys
@@ -9,7 +11,7 @@ import gymnasium as gym
 import pytest
 
 import r3l_envs
-from r3l_envs import Checkpoint, checkpoint, restore
+from r3l_envs import Checkpoint, checkpoint, codec, restore
 from r3l_envs.checkpoint import FORMAT_VERSION
 from r3l_envs.errors import (
     CheckpointMismatchError,
@@ -20,6 +22,12 @@ from r3l_envs.errors import (
 )
 
 IDS = ["r3ltest/Corridor-v0", "r3ltest/ReplayCorridor-v0"]
+
+
+def with_state(ckpt, state):
+    """``ckpt`` holding ``state`` instead, with a matching digest: a checkpoint as a forger would make it."""
+    payload = codec.encode(state)
+    return dataclasses.replace(ckpt, payload=payload, digest=hashlib.sha256(payload).hexdigest())
 
 
 def play(env, actions):
@@ -146,9 +154,9 @@ def test_replay_divergence_raises_and_rolls_back():
     env.reset(seed=0)
     play(env, ["right", "right"])
     ckpt = checkpoint(env)
-    state = pickle.loads(ckpt.payload)
+    state = codec.decode(ckpt.payload)
     state["env"]["episode"].digests[2] = "0" * 16  # what the engine showed at step 2 "was" something else
-    diverging = Checkpoint(**{**ckpt.__dict__, "payload": pickle.dumps(state)})
+    diverging = with_state(ckpt, state)
 
     env.reset(seed=1)
     env.step("left")
@@ -226,9 +234,9 @@ def test_alfworld_replay_divergence_raises_the_typed_error_and_rolls_back():
     _, info = env.reset(seed=0)
     env.step(info["admissible_actions"][0])
     ckpt = checkpoint(env)
-    state = pickle.loads(ckpt.payload)
+    state = codec.decode(ckpt.payload)
     state["env"]["episode"].digests[1] = "0" * 16
-    diverging = Checkpoint(**{**ckpt.__dict__, "payload": pickle.dumps(state)})
+    diverging = with_state(ckpt, state)
     env.reset(seed=1)
     before = env.unwrapped._checkpoint_state()["episode"]
     with pytest.raises(ReplayDivergenceError, match="diverged at step 1"):

@@ -1,7 +1,7 @@
 """r3l/ScienceWorld-v0 on the real engine: contract, rewards, gold paths, replay restore, JVM death."""
 
 import dataclasses
-import pickle
+import hashlib
 
 import gymnasium as gym
 import pytest
@@ -101,9 +101,10 @@ def test_replay_detects_divergence(env):
     env.reset(options={"task_id": "boil/var0"})
     env.step("look around")
     ckpt = r3l_envs.checkpoint(env)
-    payload = pickle.loads(ckpt.payload)
+    payload = r3l_envs.codec.decode(ckpt.payload)
     payload["env"]["episode"].digests[-1] = "0" * 16  # a recorded observation the engine will not produce
-    forged = dataclasses.replace(ckpt, payload=pickle.dumps(payload))
+    encoded = r3l_envs.codec.encode(payload)
+    forged = dataclasses.replace(ckpt, payload=encoded, digest=hashlib.sha256(encoded).hexdigest())
     with pytest.raises(ReplayDivergenceError, match="diverged at step 1"):
         r3l_envs.restore(env, forged)
     r3l_envs.restore(env, ckpt)  # the env is still usable
