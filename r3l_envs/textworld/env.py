@@ -238,6 +238,11 @@ class TextWorldEnv(TextEnv):
             return action, None
         command = _CONTROL.sub(" ", action[: _MAX_COMMAND * 4])
         command = " ".join(command.encode("ascii", "replace").decode("ascii").split())[:_MAX_COMMAND]
+        if "\\" in command:
+            # dumb-frotz reads a backslash as an escape for its hot keys (\U undo, \N restart, \R record to a file,
+            # \P playback, \S seed ...), which bypass the game and corrupt the interpreter: \U crashed the process
+            # (SIGSEGV), others hung it or wrote a file named by garbage. No game command contains a backslash.
+            return command, "Backslashes are interpreter escapes, not part of a game command; they are disabled here."
         words = command.lower().split()
         if words and (words[0] in _META_VERBS or any(w.startswith("tw-") for w in words)):
             return command, f"'{words[0]}' is an interpreter command, not a move in the game; it is disabled here."

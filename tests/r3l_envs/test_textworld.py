@@ -118,6 +118,31 @@ def test_bad_and_meta_actions_are_ordinary_steps(cooking_env):
     assert info["won"]
 
 
+def test_interpreter_hot_key_escapes_never_reach_the_engine(tmp_path):
+    """dumb-frotz reads ``\\U``, ``\\N``, ``\\R``, ``\\P``, ``\\S`` ... in an input line as its own hot keys: before
+    the env refused backslashes, ``\\U`` killed the process with SIGSEGV, ``\\R`` wrote a file named by garbage into
+    the working directory, and most others hung the interpreter. Run in a child process so a crash is a failure."""
+    code = textwrap.dedent(
+        f"""
+        import sys, gymnasium as gym, r3l_envs
+        env = gym.make({ENV_ID!r}, game_type="cooking", difficulty=1, max_tasks=2)
+        _, info0 = env.reset(options={{"task_id": env.unwrapped.task_ids[0]}})
+        for key in "UNRPSDXH?_^.<>[1\\\\":
+            for action in ("\\\\" + key, "open fridge \\\\" + key, "gH c- )`4l~H2 p4\\\\SP^WZ"):
+                obs, reward, terminated, _, info = env.step(action)
+                assert "interpreter escapes" in obs and reward == 0.0 and not terminated, (action, obs)
+        assert info["admissible_actions"] == info0["admissible_actions"]
+        for action in env.unwrapped.walkthrough():
+            *_, info = env.step(action)
+        assert info["won"]
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []  # no recording or transcript file was opened
+
+
 def test_non_admissible_action_gets_the_engine_answer(cooking_env):
     env = cooking_env
     env.reset(options={"task_id": first_task(env)})
