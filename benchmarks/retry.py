@@ -18,8 +18,9 @@ For each offline env (Countdown, TextWorld, ALFWorld generated, WebShop generate
 The scripted policy follows the expert plan and leaves it at a chosen turn (a quarter, half or three
 quarters into the plan, cycling over tasks), then detours until ``--max-turns``; the oracle names that turn
 as the pivot and the guided retry follows the plan again. So the pivots, and the token ratios, follow from
-this choice: they measure the machinery, not where a real policy errs. Countdown's oracle pivot is the first
-wrong attempt, which is attempt 0 for a solver that is always wrong: its retries restart at the beginning.
+this choice: they measure the machinery, not where a real policy errs. Countdown's oracle pivot is the last
+wrong attempt (``OracleReflector(math_pivot="last_wrong")``, the default): for a solver that is always wrong, the
+last of its attempts, so the earlier ones are a shared prefix.
 With ``--model`` the embedded SmolLM2 (or any HF folder) plays the bases and retries instead (constrained
 choice among admissible actions where the env lists them), so the pivots are where that model left the plan.
 
@@ -285,7 +286,12 @@ def concurrency(envs, tasks, policy, reflector, rollout: RolloutConfig, args) ->
 
 
 def _oracle_like(reflector: OracleReflector, workers: int) -> OracleReflector:
-    return OracleReflector(reveal_answer=reflector.reveal_answer, reveal_steps=reflector.reveal_steps, workers=workers)
+    return OracleReflector(
+        reveal_answer=reflector.reveal_answer,
+        reveal_steps=reflector.reveal_steps,
+        math_pivot=reflector.math_pivot,
+        workers=workers,
+    )
 
 
 # ---------------------------------------------------------------------- report
@@ -396,7 +402,7 @@ def markdown(results: list[dict], args, facts: dict, load: tuple[float, float], 
         "",
         "How to read it. The token and step ratios are what restarting at the pivot saves in generation and env "
         "steps; they follow from where the pivots fall (here where the scripted policy leaves the plan; Countdown's "
-        "always-wrong solver is wrong at attempt 0, so its retries cost as much as from scratch). The scripted "
+        "pivot is the always-wrong solver's last attempt, its earlier attempts shared). The scripted "
         "policy generates for free, so the time ratio measures the machinery and the env only: the pivot path "
         "pays the restore and tokenises the prefix twice (training sequence and guided context) but skips the "
         "prefix's env steps; with a model, generation dominates and the token ratio is the saving. Restores: "
