@@ -20,8 +20,9 @@ job, each importing only those above it in this list:
 * :mod:`~learning_study.stats` — 95 % t-intervals, paired differences by seed, verdicts (no SciPy).
 * :mod:`~learning_study.aggregate` — per run, per (method, env) cell, R³L vs every other method (paired by seed:
   the same seed evaluates the same held-out episodes), missing cells, harness checks.
-* :mod:`~learning_study.discussion`, :mod:`~learning_study.page`, :mod:`~learning_study.plots` — the report,
-  rendered from the report data alone (so a saved ``learning.json`` renders the same page again).
+* :mod:`~learning_study.fmt`, :mod:`~learning_study.discussion`, :mod:`~learning_study.page`,
+  :mod:`~learning_study.plots` — the report (number format, generated discussion, Markdown, figures), rendered
+  from the report data alone, so a saved ``learning.json`` renders the same page again.
 * :mod:`~learning_study.report` — writes the section ``learning`` of ``benchmarks/RESULTS.md``,
   ``benchmarks/results/learning.json`` and the plots, from the run directories or from a saved ``learning.json``.
 

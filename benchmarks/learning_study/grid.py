@@ -225,6 +225,7 @@ class Run:
 
     @property
     def name(self) -> str:
+        """``env/method/seedN``: the cell's key in the report's ``configs`` and in the sweep log."""
         return f"{self.env_key}/{self.method_key}/seed{self.seed}"
 
 

@@ -42,6 +42,8 @@ def auto_threads(jobs: int) -> int:
 
 @dataclass
 class Outcome:
+    """What one invocation did with one cell."""
+
     run: Run
     status: str  # done, failed, interrupted, skipped, not-started
     wall_s: float = 0.0
