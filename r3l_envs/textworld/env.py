@@ -79,6 +79,47 @@ class _Snapshot:
     last: dict[str, Any]
 
 
+_NARRATIVE_MAX = 8191  # jericho strcpy()s the narrative into an 8,192-byte buffer
+
+
+def _check_frotz_state(state: Any, frotz: Any) -> None:
+    """Raise ``ValueError`` unless ``state`` is a state jericho's ``set_state`` can take without harm.
+
+    ``set_state`` hands each part to C unchecked (memcpy of the RAM and stack sizes, pointers set at offsets,
+    strcpy into a fixed buffer), so a checkpoint from elsewhere is bounded here first: restore turns the
+    ``ValueError`` into :class:`~r3l_envs.errors.CorruptCheckpointError`.
+    """
+    import numpy as np
+
+    lib = frotz.frotz_lib
+    stack_words = lib.getStackSize() // 2
+    if not (isinstance(state, tuple) and len(state) == 9):
+        raise ValueError("frotz state is not a 9-tuple")
+    ram, stack, pc, sp, fp, frame_count, opcode, rng, narrative = state
+    for name, array, size in (("RAM", ram, lib.getRAMSize()), ("stack", stack, lib.getStackSize())):
+        if not (isinstance(array, np.ndarray) and array.dtype == np.uint8 and array.shape == (size,)):
+            raise ValueError(f"frotz {name} is not {size} bytes")
+    ints = (pc, sp, fp, frame_count, opcode, *(rng if isinstance(rng, tuple) else ()))
+    if not (isinstance(rng, tuple) and len(rng) == 3 and all(isinstance(v, (int, np.integer)) for v in ints)):
+        raise ValueError("frotz registers are not integers")
+    limits = (
+        ("pc", pc, Path(frotz.story_file.decode("utf-8")).stat().st_size),  # jericho keeps the path as UTF-8
+        ("sp", sp, stack_words + 1),
+        ("fp", fp, stack_words + 1),
+        ("frame count", frame_count, stack_words + 1),
+        ("opcode", opcode, 256),
+        ("rng interval", rng[1], 1 << 31),
+        ("rng counter", rng[2], 1 << 31),
+    )
+    for name, value, end in limits:
+        if not 0 <= value < end:
+            raise ValueError(f"frotz {name} {value} is outside [0, {end})")
+    if not -(1 << 63) <= rng[0] < 1 << 63:
+        raise ValueError("frotz rng seed does not fit a C long")
+    if not (isinstance(narrative, bytes) and len(narrative) <= _NARRATIVE_MAX and b"\0" not in narrative):
+        raise ValueError(f"frotz narrative is not bytes of at most {_NARRATIVE_MAX}")
+
+
 class TextWorldEnv(TextEnv):
     """TextWorld games of one type and difficulty, generated offline from fixed per-split seeds.
 
@@ -172,6 +213,7 @@ class TextWorldEnv(TextEnv):
             with ENGINE_LOCK:
                 self._tw.reset()  # sets up tracking; everything it sets is overwritten below
         tracker, i7, jericho = self._layers()
+        _check_frotz_state(snap.frotz, jericho._jericho)
         with ENGINE_LOCK:
             jericho._jericho.set_state(snap.frotz)
         progression = tracker._game_progression

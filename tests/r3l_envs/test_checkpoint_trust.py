@@ -209,6 +209,35 @@ def test_native_state_an_env_cannot_load_is_the_typed_error_and_demands_a_reset(
     env.reset(seed=0)
 
 
+def test_textworld_refuses_a_frotz_state_that_would_reach_c_out_of_bounds():
+    """jericho's set_state memcpy()s, sets pointers at offsets and strcpy()s into an 8 KB buffer unchecked."""
+    pytest.importorskip("textworld")
+    env = gym.make("r3l/TextWorld-v0", max_tasks=2)
+    _, info = env.reset(seed=0)
+    env.step(info["admissible_actions"][0])
+    ckpt = checkpoint(env)
+    forgeries = [
+        (0, np.zeros(10, np.uint8)),  # RAM shorter than the memcpy
+        (1, np.zeros(2048, np.int64)),  # stack of another dtype
+        (2, 10**9),  # pc far outside the story
+        (3, 10**6),  # sp outside the stack
+        (4, -1),  # fp before it
+        (6, 300),  # opcode past a byte
+        (7, (1, 0)),  # rng without its counter
+        (8, b"x" * 9000),  # narrative past the strcpy buffer
+    ]
+    for index, value in forgeries:
+
+        def mutate(state, index=index, value=value):
+            snap = state["env"]["native"]
+            snap.frotz = (*snap.frotz[:index], value, *snap.frotz[index + 1 :])
+
+        with pytest.raises(CorruptCheckpointError, match="frotz"):
+            restore(env, _forge(ckpt, mutate))
+    restore(env, ckpt)  # the genuine one still restores
+    assert env.step(info["admissible_actions"][0])[4]["step"] == 2
+
+
 # ---------------------------------------------------------------------- versions
 def test_versions_newer_unknown_and_old_pickle_format():
     env = corridor()
