@@ -15,6 +15,11 @@ agent token in the loss, ``no_amplification`` uses the plain mean baseline (Â =
 samples N plain rollouts per task (amplification kept, no auxiliary samples), ``retry_from_scratch`` replays each
 retry from turn 0 with the same guidance instead of restoring the pivot (a Reflect-GRPO-style retry at the same
 budget of N trajectories).
+
+A new algorithm is one function and one row: register its advantage (``@register_advantage``) or objective
+(``@register_objective``, with its properties), whose keyword-only arguments with defaults are its
+hyperparameters, and add a row to :data:`ALGORITHMS`. The learner reads the rest from the registries, and
+``r3l train --hyper NAME=VALUE`` sets any hyperparameter (tests/r3l_learn/test_algorithms.py does exactly this).
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ class Algorithm:
     aux_samples: bool = False
     kl_coef: float = 0.0
     aux_weight: float | str = 0.0
-    extra_hyper: Mapping[str, Any] = field(default_factory=dict)
+    extra_hyper: Mapping[str, Any] = field(default_factory=dict, hash=False)  # a dict: Algorithm stays hashable
 
     def __post_init__(self) -> None:
         declared = self.hyperparameters  # unknown part names and conflicting defaults fail here
