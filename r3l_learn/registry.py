@@ -91,11 +91,11 @@ class Registry(dict[str, Callable]):
         if name not in self:
             raise KeyError(f"unknown {self.kind} {name!r}; registered: {sorted(self)}")
         spec = self._specs.get(name)
-        if spec is None or spec.fn is not self[name]:  # set as a plain dict item: default properties
-            spec = self._specs[name] = Spec(
-                name, self[name], self._hyperparameters(name, self[name]), self.properties()
-            )
-        return spec
+        if spec is not None and spec.fn is self[name]:
+            return spec
+        # set as a plain dict item (e.g. a test's monkeypatch): default properties; not cached, so that the
+        # registered entry's own declarations come back with its function
+        return Spec(name, self[name], self._hyperparameters(name, self[name]), self.properties())
 
     def _hyperparameters(self, name: str, fn: Callable) -> dict[str, Any]:
         hyper = {}

@@ -79,3 +79,12 @@ def test_a_declared_property_must_match_the_signature():
 def test_ppo_clip_rejects_a_negative_clip():
     with pytest.raises(ValueError, match="clip must be >= 0"):
         get_objective("ppo_clip")(LOGP, advantages=torch.ones(2), old_logprobs=LOGP, clip=-0.1)
+
+
+def test_a_function_set_over_an_entry_for_a_while_leaves_its_declarations_intact(monkeypatch):
+    from r3l_learn.losses import OBJECTIVES
+
+    with monkeypatch.context() as patch:
+        patch.setitem(OBJECTIVES, "ppo_clip", lambda logprobs, *, advantages, old_logprobs: logprobs)
+        assert not OBJECTIVES.spec("ppo_clip").properties.uses_ratio  # a plain item: default properties
+    assert OBJECTIVES.spec("ppo_clip").properties.uses_ratio and OBJECTIVES.spec("ppo_clip").hyper == {"clip": 0.2}
