@@ -54,7 +54,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from r3l_learn.collect import Collector, PlainGroups
+from r3l_learn.collect import GroupBuilder, PlainGroups
 from wrappers.data import Trajectory, TrajectoryGroup
 from wrappers.policy import Policy
 from wrappers.prompts import template_for
@@ -154,7 +154,7 @@ class EnvRollout:
         self.rollout, self.reflector, self.retry = rollout, reflector, retry or ReflectRetryConfig()
         self.policy, self.seed, self.guided_logprobs, self.on_groups = policy, seed, guided_logprobs, on_groups
         self._tasks: dict[str, tuple[str, str]] = {}  # prompt key -> (split, task id)
-        self._collectors: dict[tuple[str, int], Collector] = {}
+        self._collectors: dict[tuple[str, int], GroupBuilder] = {}
         self._hf: Any = None  # the default policy over the trainer's model, made on the first call
         self._calls = 0
         #: :func:`wrappers.reflect_retry.aggregate_stats` of the last call's groups.
@@ -256,7 +256,7 @@ class EnvRollout:
                 self._hf = HFPolicy(model, trainer.processing_class, name="trl-policy")
         return self._hf
 
-    def _collector(self, split: str, n: int, policy: Policy, trainer: Any) -> Collector:
+    def _collector(self, split: str, n: int, policy: Policy, trainer: Any) -> GroupBuilder:
         key = (split, n)
         if key not in self._collectors:
             sampling = replace(self.rollout.sampling, temperature=trainer.temperature, top_p=trainer.args.top_p)

@@ -52,10 +52,12 @@ class EnvProfile:
         env_id: the registered id (``spec.id``), or the env class name for an unregistered factory.
         max_turns: the env's own turn limit (TimeLimit's ``max_episode_steps``, else a math env's
             ``max_attempts``), or ``None`` if it declares none.
+        prompt_family: the prompt family the env declares (a key of ``wrappers.prompts.FAMILIES``).
     """
 
     env_id: str
     max_turns: int | None
+    prompt_family: str = "generic"
 
 
 @dataclass(frozen=True)

@@ -169,7 +169,7 @@ class LocalCollector:
                 raise ValueError("env_kwargs only apply to an env id, not to env instances")
             self._given = list(env)
             if len({id(e) for e in self._given}) != len(self._given):
-                raise ValueError("each slot needs its own env instance: the same env appears twice")
+                raise ValueError("each episode needs its own env instance: the same env appears twice in one batch")
         else:
             self._pool = EnvPool(env, env_kwargs)
         self._ops = EnvOps(workers)
@@ -178,6 +178,10 @@ class LocalCollector:
     @property
     def workers(self) -> int:
         return self._ops.workers
+
+    def __len__(self) -> int:
+        """How many env instances there are (made so far, or given)."""
+        return len(self._given) if self._given is not None else len(self._pool)
 
     def __enter__(self) -> LocalCollector:
         return self
@@ -224,10 +228,12 @@ class LocalCollector:
 
 def env_profile(env: Any) -> EnvProfile:
     """An env instance's :class:`wrappers.collector.EnvProfile` (what a remote worker sends back for its envs)."""
+    from wrappers.prompts import template_for
+
     spec = getattr(env, "spec", None)
     env_id = spec.id if spec is not None else type(env.unwrapped).__name__
     limit = (spec.max_episode_steps if spec else None) or getattr(env.unwrapped, "max_attempts", None)
-    return EnvProfile(env_id=env_id, max_turns=limit)
+    return EnvProfile(env_id=env_id, max_turns=limit, prompt_family=template_for(env).family)
 
 
 def _reset(env: Any, seed: int | None, task_id: str | None, checkpoint: bool) -> ResetResult:

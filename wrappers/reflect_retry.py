@@ -19,10 +19,11 @@
 7. Optionally extra bases fill every group to ``N`` members (``fill=True``).
 
 Batching and concurrency: generation (and all tokenising) happens on the calling thread, one batched call
-per round across every task's episodes; env calls (reset, restore, step, checkpoint) of a round run in
-``rollout.env_workers`` threads, so K slow restores cost about one, not K (see :mod:`wrappers.envops`). The
-groups are bit-identical whatever ``env_workers`` is. ``max_envs`` caps the env instances (one per episode
-otherwise) by collecting in waves.
+per round across every task's episodes; env calls (reset, restore, step, checkpoint) go to a
+:class:`wrappers.collector.Collector`: by default a :class:`wrappers.envops.LocalCollector` running them in
+``rollout.env_workers`` threads, so K slow restores cost about one, not K; another backend (e.g. Ray actors) can
+be passed in instead of the env. The groups are bit-identical whatever the backend and ``env_workers`` are.
+``max_envs`` caps the env instances (one per episode otherwise) by collecting in waves.
 
 A group carries what a learner needs and nothing tied to R³L's loss: rewards, kinds, pivots, ids and base
 links, agent and loss masks, token ids, behaviour log-probs (a retry's turns from the pivot on were generated
@@ -44,8 +45,9 @@ import gymnasium as gym
 import numpy as np
 
 from wrappers.chat import replay
+from wrappers.collector import Collector
 from wrappers.data import Sample, Trajectory, TrajectoryGroup, new_id
-from wrappers.envops import EnvPool
+from wrappers.envops import LocalCollector
 from wrappers.policy import Policy, SamplingParams
 from wrappers.reflection import Reflection, ReflectionRequest, Reflector
 from wrappers.rollout import AgentEpisode, RolloutConfig, play
@@ -121,39 +123,45 @@ class ReflectRetry:
     """Collect reflect-retry groups.
 
     Args:
-        env: a registered env id (made with ``env_kwargs``) or a zero-argument factory returning a new env.
+        env: a registered env id (made with ``env_kwargs``) or a zero-argument factory returning a new env (both
+            run in a :class:`LocalCollector` with ``config.rollout.env_workers`` threads), or a
+            :class:`wrappers.collector.Collector` of the env: where the envs live and run (the caller closes it).
         policy: the policy that plays bases and retries (any :class:`wrappers.Policy`).
         reflector: any :class:`wrappers.reflection.Reflector` (``PolicyReflector(policy)`` for self-reflection,
             ``OracleReflector()`` for privileged diagnoses).
         config: see :class:`ReflectRetryConfig`.
         env_kwargs: ``gym.make`` keyword arguments when ``env`` is an id.
 
-    Env instances are made on first need and reused across ``collect`` calls: one per base of a wave
-    (``N/2`` × tasks, or ``config.max_envs``).
+    Env slots are used from 0 and reused across ``collect`` calls: one per base of a wave (``N/2`` × tasks, or
+    ``config.max_envs``); a base's retry restores on the slot that played it (where a native restore is fastest).
     """
 
     def __init__(
         self,
-        env: str | Callable[[], gym.Env],
+        env: str | Callable[[], gym.Env] | Collector,
         policy: Policy,
         reflector: Reflector,
         config: ReflectRetryConfig | None = None,
         *,
         env_kwargs: dict[str, Any] | None = None,
     ):
-        self._envs = EnvPool(env, env_kwargs)
-        self.policy, self.reflector = policy, reflector
         self.config = config or ReflectRetryConfig()
+        self._owns_collector = not isinstance(env, Collector)
+        if isinstance(env, Collector):
+            if env_kwargs:
+                raise ValueError("env_kwargs apply to an env id; a Collector was made with its own")
+            self.collector: Collector = env
+        else:
+            self.collector = LocalCollector(env, env_kwargs=env_kwargs, workers=self.config.rollout.env_workers)
+        self.policy, self.reflector = policy, reflector
         self._rollout = replace(self.config.rollout, keep_checkpoints=True)
         #: Wall seconds of the last ``collect``, by phase: bases, reflect, retries, fill, total.
         self.timings: dict[str, float] = {}
 
-    def _pool(self, n: int) -> list[gym.Env]:
-        return self._envs.take(n)
-
     def close(self) -> None:
-        """Close the env instances this wrapper made."""
-        self._envs.close()
+        """Close the env instances this wrapper made (a Collector passed in stays open: its maker closes it)."""
+        if self._owns_collector:
+            self.collector.close()
 
     # ------------------------------------------------------------------ collection
     def collect(self, task_ids: Sequence[str], *, seed: int | None = None) -> list[TrajectoryGroup]:
@@ -215,13 +223,14 @@ class ReflectRetry:
         """Bases, reflections and retries for ``jobs`` (one env each); ``first``: the index of ``jobs[0]``."""
         lap = _Lap(self.timings)
         bases = self._bases(jobs, seed, _BASES, first, wave)
-        envs = self._pool(len(jobs))
         logger.info("reflect-retry wave %d: %d bases in %.1fs", wave, len(bases), lap("bases"))
-        reflections = self.reflector.reflect([ReflectionRequest(b, env) for b, env in zip(bases, envs, strict=True)])
+        # Slot i played base i and is idle now: an env-consulting reflector (the oracle) may use it.
+        requests = [ReflectionRequest(b, self.collector.local_env(i)) for i, b in enumerate(bases)]
+        reflections = self.reflector.reflect(requests)
         if len(reflections) != len(bases):
             raise RuntimeError(f"the reflector returned {len(reflections)} reflections for {len(bases)} trajectories")
         logger.info("reflect-retry wave %d: %d reflections in %.1fs", wave, len(reflections), lap("reflect"))
-        retries = self._retries(bases, reflections, envs, _mix(seed, _RETRIES, wave))
+        retries = self._retries(bases, reflections, _mix(seed, _RETRIES, wave))
         n = sum(r is not None for r in retries)
         logger.info("reflect-retry wave %d: %d retries in %.1fs", wave, n, lap("retries"))
         return bases, reflections, retries
@@ -230,10 +239,9 @@ class ReflectRetry:
         self, jobs: Sequence[tuple[int, str]], seed: int | None, phase: int, first: int, wave: int
     ) -> list[Trajectory]:
         """Base rollouts for ``jobs`` (``first``: the index of ``jobs[0]`` among all of the phase's jobs)."""
-        envs = self._pool(len(jobs))
         seeds = [None if seed is None else seed * 1_000_003 + phase * 10_007 + first + i for i in range(len(jobs))]
         episodes = AgentEpisode.start_many(
-            envs, self.policy, self._rollout, seeds=seeds, task_ids=[task for _, task in jobs]
+            self.collector, self.policy, self._rollout, seeds=seeds, task_ids=[task for _, task in jobs]
         )
         trajs = play(episodes, self.policy, self._rollout, seed=_mix(seed, phase, wave))
         for i, t in enumerate(trajs):
@@ -243,19 +251,21 @@ class ReflectRetry:
         return trajs
 
     def _retries(
-        self, bases: Sequence[Trajectory], reflections: Sequence[Reflection], envs: Sequence[gym.Env], seed: int | None
+        self, bases: Sequence[Trajectory], reflections: Sequence[Reflection], seed: int | None
     ) -> list[Trajectory | None]:
         """Each wanted retry restarts from its base's own checkpoint before turn p (native restore or verified
-        replay, no regeneration); the restores run concurrently, the retries are played as one batch."""
+        replay, no regeneration) on the slot that played the base; the restores run concurrently, the retries are
+        played as one batch."""
         wanted = [i for i, refl in enumerate(reflections) if refl.wants_retry]
         scratch = self.config.restart == "scratch"
         episodes = AgentEpisode.resume_many(
-            [envs[i] for i in wanted],
+            self.collector,
             self.policy,
             self._rollout,
             [bases[i] for i in wanted],
             [0 if scratch else reflections[i].pivot for i in wanted],
             guidances=[reflections[i].guidance() for i in wanted],
+            slots=wanted,
         )
         out: list[Trajectory | None] = [None] * len(bases)
         if episodes:

@@ -15,21 +15,20 @@ import json
 import logging
 import re
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import asdict, dataclass, field, replace
-from functools import partial
 from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 
-import r3l_envs
 from wrappers.chat import ChatSequence, end_of_turn_id, replay
+from wrappers.collector import Collector, ResetResult, StepResult
 from wrappers.data import Trajectory, Turn, new_id
-from wrappers.envops import EnvOps
+from wrappers.envops import LocalCollector
 from wrappers.parsing import parse_reply
 from wrappers.policy import Generation, Policy, SamplingParams, describe
-from wrappers.prompts import PromptTemplate, template_for
+from wrappers.prompts import FAMILIES, PromptTemplate
 
 __all__ = ["AgentEpisode", "RolloutConfig", "play", "rollout", "rollout_batch"]
 
@@ -75,11 +74,6 @@ class RolloutConfig:
             raise ValueError(f"constrained_score must be 'mean' or 'sum', got {self.constrained_score!r}")
 
 
-def _env_id(env: gym.Env) -> str:
-    spec = getattr(env, "spec", None)
-    return spec.id if spec is not None else type(env.unwrapped).__name__
-
-
 def _jsonable(value: Any) -> Any:
     """``value`` as JSON holds it (tuples become lists, foreign objects their repr), so what a trajectory
     stores is exactly what its JSONL round-trip gives back."""
@@ -89,8 +83,11 @@ def _jsonable(value: Any) -> Any:
 class AgentEpisode:
     """One episode of one env under a policy: builds prompts, applies generations, records the trajectory.
 
-    Reflect-retry and other wrappers can drive it directly: ``prompt()`` gives the next prompt ids, and
-    ``apply(generation)`` / ``apply_choice(action, ids, logprobs)`` play the turn.
+    The env is a slot of a :class:`wrappers.collector.Collector` (an env passed in directly gets a one-slot
+    :class:`wrappers.envops.LocalCollector`): the episode asks it for resets, steps and restores and never touches
+    an env object, so the env may live in another process. Reflect-retry and other wrappers can drive it
+    directly: ``prompt()`` gives the next prompt ids, and ``apply(generation)`` /
+    ``apply_choice(action, ids, logprobs)`` play the turn.
     """
 
     def __init__(
@@ -102,45 +99,44 @@ class AgentEpisode:
         seed: int | None = None,
         task_id: str | None = None,
     ):
-        self._setup(env, policy, config)
-        self._reset(seed, task_id)
-        self._open(seed)
+        collector = LocalCollector([env], workers=1)
+        self._setup(collector, 0, policy, config)
+        started = collector.reset(0, seed=seed, task_id=task_id, checkpoint=config.keep_checkpoints)
+        self._open(collector.gather([started])[0], seed)
 
     @classmethod
     def start_many(
         cls,
-        envs: Sequence[gym.Env],
+        envs: Sequence[gym.Env] | Collector,
         policy: Policy,
         config: RolloutConfig,
         *,
         seeds: Sequence[int | None],
         task_ids: Sequence[str | None],
     ) -> list[AgentEpisode]:
-        """Start one episode per env, as ``AgentEpisode(env, ..., seed=s, task_id=t)`` does, with the resets
-        run in ``config.env_workers`` threads while the first prompts are tokenised here."""
-        _distinct(envs)
-        episodes = [cls._blank(env, policy, config) for env in envs]
-        with EnvOps(config.env_workers) as ops:
-            ops.map(
-                [partial(ep._reset, s, t) for ep, s, t in zip(episodes, seeds, task_ids, strict=True)],
-                then=lambda i, _: episodes[i]._open(seeds[i]),
-            )
+        """Start one episode per env (or per collector slot ``0..len(seeds)-1``), as
+        ``AgentEpisode(env, ..., seed=s, task_id=t)`` does, with the resets running (in ``config.env_workers``
+        threads for env instances) while the first prompts are tokenised here."""
+        collector, slots = _slots(envs, len(seeds), config)
+        if len(task_ids) != len(slots):
+            raise ValueError(f"{len(slots)} envs but {len(seeds)} seeds and {len(task_ids)} task ids")
+        episodes = [cls._blank(collector, slot, policy, config) for slot in slots]
+        resets = [
+            collector.reset(slot, seed=s, task_id=t, checkpoint=config.keep_checkpoints)
+            for slot, s, t in zip(slots, seeds, task_ids, strict=True)
+        ]
+        collector.gather(resets, then=lambda i, result: episodes[i]._open(result, seeds[i]))
         return episodes
 
     @classmethod
-    def _blank(cls, env: gym.Env, policy: Policy, config: RolloutConfig) -> AgentEpisode:
+    def _blank(cls, collector: Collector, slot: int, policy: Policy, config: RolloutConfig) -> AgentEpisode:
         self = cls.__new__(cls)
-        self._setup(env, policy, config)
+        self._setup(collector, slot, policy, config)
         return self
 
-    def _reset(self, seed: int | None, task_id: str | None) -> None:
-        """The env half of starting: reset (and the first checkpoint). Thread-safe per env instance."""
-        options = {"task_id": task_id} if task_id is not None else None
-        self.observation, self.info = self.env.reset(seed=seed, options=options)
-        self._checkpoint = r3l_envs.checkpoint(self.env) if self.config.keep_checkpoints else None
-
-    def _open(self, seed: int | None) -> None:
-        """The token half of starting (calling thread only)."""
+    def _open(self, start: ResetResult, seed: int | None) -> None:
+        """Start from a reset's result (calling thread only): the first prompt's tokens."""
+        self.observation, self.info, self._checkpoint = start.observation, start.info, start.checkpoint
         self.trajectory = self._new_trajectory(seed)
         first = self.template.first_user(self.info["task"], self.observation, self.info["admissible_actions"])
         self._shown: list[str] = [first]  # the user text of every turn, as the agent saw it
@@ -148,19 +144,18 @@ class AgentEpisode:
         self._context: ChatSequence | None = None  # a guided generation context, when it differs (resume)
         self._origin: tuple[Any, ...] = ("reset", seed, self.info["task_id"])  # what fixes the episode, for its id
 
-    def _setup(self, env: gym.Env, policy: Policy, config: RolloutConfig) -> None:
-        self.env, self.policy, self.config = env, policy, config
-        self.template = config.template or template_for(_env_id(env))
+    def _setup(self, collector: Collector, slot: int, policy: Policy, config: RolloutConfig) -> None:
+        self.collector, self.env_slot, self.policy, self.config = collector, slot, policy, config
+        self.profile = collector.profile()
+        self.template = config.template or FAMILIES[self.profile.prompt_family]
         self.system = self.template.system()
-        spec = getattr(env, "spec", None)
-        limit = (spec.max_episode_steps if spec else None) or getattr(env.unwrapped, "max_attempts", None)
-        self.max_turns = config.max_turns or limit or DEFAULT_MAX_TURNS
+        self.max_turns = config.max_turns or self.profile.max_turns or DEFAULT_MAX_TURNS
         self.done = False
         self._ending: str | None = None  # why the episode ends after the turn being played, once the env said
 
     def _new_trajectory(self, seed: int | None) -> Trajectory:
         return Trajectory(
-            env_id=_env_id(self.env),
+            env_id=self.profile.env_id,
             task_id=self.info["task_id"],
             task=self.info["task"],
             metadata={
@@ -193,15 +188,13 @@ class AgentEpisode:
         pivot turn's user message in the *generation* context only; the trajectory's training sequence never
         contains it (R3L.md §1), and the turns generated under it say so (``logprob_context="guided"``).
         """
-        self = cls._resumable(env, policy, config, base, pivot)
-        r3l_envs.restore(env, base.turns[pivot].checkpoint)
-        self._rebuild(base, pivot, guidance, kind)
-        return self
+        (episode,) = cls.resume_many([env], policy, config, [base], [pivot], guidances=[guidance], kind=kind)
+        return episode
 
     @classmethod
     def resume_many(
         cls,
-        envs: Sequence[gym.Env],
+        envs: Sequence[gym.Env] | Collector,
         policy: Policy,
         config: RolloutConfig,
         bases: Sequence[Trajectory],
@@ -209,28 +202,27 @@ class AgentEpisode:
         *,
         guidances: Sequence[str | None] | None = None,
         kind: str = "retry",
+        slots: Sequence[int] | None = None,
     ) -> list[AgentEpisode]:
-        """:meth:`resume` for several bases at once: the restores (a verified replay can take a while) run in
-        ``config.env_workers`` threads while the prefixes are rebuilt here; the episodes are the same."""
+        """:meth:`resume` for several bases at once, on env instances or a collector's ``slots`` (default
+        ``0..len(bases)-1``; any slot restores any checkpoint, the one that played the base fastest): the restores
+        (a verified replay can take a while) run while the prefixes are rebuilt here; the episodes are the same."""
         guidances = list(guidances) if guidances is not None else [None] * len(bases)
-        if not len(envs) == len(bases) == len(pivots) == len(guidances):
-            raise ValueError(f"{len(envs)} envs, {len(bases)} bases, {len(pivots)} pivots, {len(guidances)} guidances")
-        _distinct(envs)
-        episodes = [cls._resumable(env, policy, config, b, p) for env, b, p in zip(envs, bases, pivots)]
-        with EnvOps(config.env_workers) as ops:
-            restores = [
-                ops.submit(r3l_envs.restore, ep.env, b.turns[p].checkpoint) for ep, b, p in zip(episodes, bases, pivots)
-            ]
-            try:
-                for ep, base, pivot, guidance in zip(episodes, bases, pivots, guidances):
-                    ep._rebuild(base, pivot, guidance, kind)
-            finally:
-                ops.gather(restores)
+        collector, slots = _slots(envs, len(bases), config, slots)
+        if not len(slots) == len(bases) == len(pivots) == len(guidances):
+            raise ValueError(f"{len(slots)} envs, {len(bases)} bases, {len(pivots)} pivots, {len(guidances)} guidances")
+        episodes = [cls._resumable(collector, slot, policy, config, b, p) for slot, b, p in zip(slots, bases, pivots)]
+        restores = [collector.restore(slot, b.turns[p].checkpoint) for slot, b, p in zip(slots, bases, pivots)]
+        try:
+            for ep, base, pivot, guidance in zip(episodes, bases, pivots, guidances):
+                ep._rebuild(base, pivot, guidance, kind)
+        finally:
+            collector.gather(restores)
         return episodes
 
     @classmethod
     def _resumable(
-        cls, env: gym.Env, policy: Policy, config: RolloutConfig, base: Trajectory, pivot: int
+        cls, collector: Collector, slot: int, policy: Policy, config: RolloutConfig, base: Trajectory, pivot: int
     ) -> AgentEpisode:
         """A blank episode for resuming ``base`` at ``pivot``, after checking that it can be (env untouched)."""
         if config.history is not None:
@@ -239,7 +231,7 @@ class AgentEpisode:
             raise ValueError(f"pivot must be a turn index in [0, {base.num_turns}), got {pivot}")
         if base.turns[pivot].checkpoint is None:
             raise ValueError("the base trajectory has no per-turn checkpoints: roll it out with keep_checkpoints=True")
-        return cls._blank(env, policy, config)
+        return cls._blank(collector, slot, policy, config)
 
     def _rebuild(self, base: Trajectory, pivot: int, guidance: str | None, kind: str) -> None:
         """The token half of resuming: the base's prefix, token-identical, and the guided context (calling thread)."""
@@ -335,11 +327,12 @@ class AgentEpisode:
         """Play an admissible action chosen by constrained mode, with the token ids that express it."""
         return self._complete(self._begin_choice(action, token_ids, logprobs, prompt))
 
-    # A turn is played in three parts so that :func:`play` can run the env part of a whole round in threads:
-    # ``_begin_*`` (calling thread: the record and the generated tokens), ``_step`` (the env: any thread, one
-    # at a time per episode), ``_end`` (calling thread: the next user turn's tokens, or the end).
+    # A turn is played in three parts so that :func:`play` can run the env part of a whole round concurrently:
+    # ``_begin_*`` (calling thread: the record and the generated tokens), ``_act`` (the env call, submitted to the
+    # collector), ``_record`` + ``_end`` (calling thread: the outcome, then the next user turn's tokens or the end).
     def _complete(self, turn: Turn) -> Turn:
-        self._step(turn)._end()
+        act = self._act(turn)
+        self._record(turn, None if act is None else self.collector.gather([act])[0])._end()
         return turn
 
     def _begin_free(self, generation: Generation, prompt: Sequence[int] | None) -> Turn:
@@ -375,19 +368,29 @@ class AgentEpisode:
             turn.prompt_ids = list(prompt) if prompt is not None else self.prompt()
         return turn
 
-    def _step(self, turn: Turn) -> AgentEpisode:
-        """Step the env with the turn's action, record the outcome, and checkpoint if the episode goes on."""
+    def _act(self, turn: Turn) -> Future[StepResult] | None:
+        """Submit the env step of the turn's action (``None``: no usable action, the env is not stepped); the
+        collector checkpoints after it when checkpoints are kept and the episode can go on."""
         if turn.action is None:
-            # The env is not stepped: its state stays exactly as it was and the agent is told what was wrong.
+            return None
+        keep = self.config.keep_checkpoints and len(self.trajectory.turns) + 1 < self.max_turns
+        return self.collector.step(self.env_slot, turn.action, checkpoint=keep)
+
+    def _record(self, turn: Turn, result: StepResult | None) -> AgentEpisode:
+        """Record the step's outcome (or the parse failure's feedback) and decide whether the episode ends."""
+        if result is None:
+            # The env is not stepped: its state stays exactly as it was (so does its checkpoint) and the agent is
+            # told what was wrong.
             turn.outcome = self.template.feedback(turn.parse_error or "no action")
             turn.info = _jsonable(self.info)
             shown = self.template.next_user(self.observation, self.admissible, feedback=turn.outcome)
         else:
-            obs, reward, terminated, truncated, info = self.env.step(turn.action)
-            turn.outcome, turn.reward, turn.terminated, turn.truncated = obs, float(reward), terminated, truncated
-            turn.info = _jsonable(info)
-            self.observation, self.info = obs, info
-            shown = self.template.next_user(obs, info.get("admissible_actions"))
+            turn.outcome, turn.reward = result.observation, result.reward
+            turn.terminated, turn.truncated = result.terminated, result.truncated
+            turn.info = _jsonable(result.info)
+            self.observation, self.info = result.observation, result.info
+            shown = self.template.next_user(result.observation, result.info.get("admissible_actions"))
+            self._checkpoint = result.checkpoint if self.config.keep_checkpoints else None
         self.trajectory.turns.append(turn)
         self._shown.append(shown)
         if turn.terminated:
@@ -398,8 +401,6 @@ class AgentEpisode:
             self._ending = "max_turns"
         else:
             self._ending = None
-            if self.config.keep_checkpoints:
-                self._checkpoint = r3l_envs.checkpoint(self.env)
         return self
 
     def _end(self) -> None:
@@ -434,9 +435,64 @@ class AgentEpisode:
         self.done = True
 
 
-def _distinct(envs: Sequence[gym.Env]) -> None:
-    if len({id(env) for env in envs}) != len(envs):
-        raise ValueError("each episode needs its own env instance: the same env appears twice in one batch")
+def _slots(
+    envs: Sequence[gym.Env] | Collector, n: int, config: RolloutConfig, slots: Sequence[int] | None = None
+) -> tuple[Collector, list[int]]:
+    """The collector and slots of ``n`` episodes: a collector's ``slots`` (default ``0..n-1``), or env instances as
+    the slots of a :class:`LocalCollector` with ``config.env_workers`` threads."""
+    if isinstance(envs, Collector):
+        slots = list(range(n)) if slots is None else list(slots)
+        if len(slots) != n or len(set(slots)) != n:
+            raise ValueError(f"{n} episodes need {n} distinct slots, got {slots}")
+        return envs, slots
+    if slots is not None:
+        raise ValueError("slots apply to a Collector; env instances are their own slots")
+    envs = list(envs)
+    if len(envs) != n:
+        raise ValueError(f"{len(envs)} envs for {n} episodes")
+    return LocalCollector(envs, workers=max(1, min(config.env_workers, len(envs)))), list(range(n))
+
+
+def _collector_of(episodes: Sequence[AgentEpisode]) -> Collector:
+    """The one collector the episodes' envs live in (each episode in a slot of its own)."""
+    collectors = {id(e.collector): e.collector for e in episodes}
+    if len(collectors) != 1:
+        raise ValueError(
+            "episodes played together must share one collector: start them with one start_many/resume_many call, "
+            "or on slots of the same Collector"
+        )
+    if len({e.env_slot for e in episodes}) != len(episodes):
+        raise ValueError("each episode needs its own env instance: the same env slot appears twice in one batch")
+    return episodes[0].collector
+
+
+class _Round:
+    """The env steps of one round: each submitted as soon as its turn is decided, recorded on the calling thread
+    as it returns (a turn without a usable action at once: its env is not stepped)."""
+
+    def __init__(self, collector: Collector):
+        self.collector = collector
+        self._pending: list[tuple[AgentEpisode, Turn]] = []
+        self._steps: list[Future[StepResult]] = []
+
+    def act(self, episode: AgentEpisode, turn: Turn) -> None:
+        step = episode._act(turn)
+        if step is None:
+            episode._record(turn, None)._end()
+        else:
+            self._pending.append((episode, turn))
+            self._steps.append(step)
+
+    def finish(self) -> None:
+        def record(i: int, result: StepResult) -> None:
+            episode, turn = self._pending[i]
+            episode._record(turn, result)._end()
+
+        self.collector.gather(self._steps, then=record)
+
+    def abandon(self) -> None:
+        """After a failure mid-round: wait for the env calls in flight (no env is touched after), record nothing."""
+        wait(self._steps)
 
 
 def _round_seed(seed: int | None, round_index: int) -> int | None:
@@ -456,7 +512,7 @@ def _choose(scores: Sequence[list[float]], how: str, temperature: float, rng: np
 
 
 def rollout_batch(
-    envs: Sequence[gym.Env],
+    envs: Sequence[gym.Env] | Collector,
     policy: Policy,
     config: RolloutConfig | None = None,
     *,
@@ -468,20 +524,32 @@ def rollout_batch(
     """Play one episode in each env, generating for all running episodes in one batched call per round.
 
     Args:
-        envs: env instances (from ``gym.make``; one episode each, played to the end).
+        envs: env instances (from ``gym.make``; one episode each, played to the end, env calls in
+            ``config.env_workers`` threads), or a :class:`wrappers.collector.Collector` whose slots
+            ``0..n-1`` play the ``n`` episodes that ``seeds``/``task_ids`` ask for.
         config: how to play; defaults to :class:`RolloutConfig()`.
         seeds, task_ids: per-env reset seed and task (``None`` entries draw from the env's RNG).
         seed: seeds sampling; the same seed, envs and policy give the same trajectories.
         on_round: called with the episodes after every round (see :func:`play`).
     """
     config = config or RolloutConfig()
-    n = len(envs)
+    if isinstance(envs, Collector):
+        if seeds is None and task_ids is None:
+            raise ValueError("with a Collector, say how many episodes to play: pass seeds or task_ids")
+        n = len(seeds) if seeds is not None else len(task_ids)
+    else:
+        n = len(envs)
     seeds = list(seeds) if seeds is not None else [None] * n
     task_ids = list(task_ids) if task_ids is not None else [None] * n
     if len(seeds) != n or len(task_ids) != n:
         raise ValueError(f"{n} envs but {len(seeds)} seeds and {len(task_ids)} task ids")
-    episodes = AgentEpisode.start_many(envs, policy, config, seeds=seeds, task_ids=task_ids)
-    return play(episodes, policy, config, seed=seed, on_round=on_round)
+    collector, _ = _slots(envs, n, config)
+    try:
+        episodes = AgentEpisode.start_many(collector, policy, config, seeds=seeds, task_ids=task_ids)
+        return play(episodes, policy, config, seed=seed, on_round=on_round)
+    finally:
+        if collector is not envs:  # made here for the given envs: release its threads (the envs stay open)
+            collector.close()
 
 
 def play(
@@ -496,65 +564,82 @@ def play(
     them; returns their trajectories in order.
 
     Each round generates (or scores) for every running episode in one call on this thread, then steps their
-    envs in ``config.env_workers`` threads (:mod:`wrappers.envops`), tokenising each answer here as it
-    arrives. A round waits for its slowest env; the trajectories do not depend on ``env_workers``: a late
+    envs through the episodes' collector (:mod:`wrappers.collector`; ``config.env_workers`` threads for env
+    instances), tokenising each answer here as it arrives. A round waits for its slowest env; the trajectories
+    do not depend on the collector or on ``env_workers``: a late
     episode never moves to another round's batch, which would change what a seeded batched sampler draws.
     ``on_round(episodes)``, if given, runs after every round: progress within episodes (turns, tokens, which
     are done), and the finished trajectories if the caller is interrupted mid-batch.
     """
-    _distinct([e.env for e in episodes])
+    if not episodes:
+        return []
+    collector = _collector_of(episodes)
     if seed is not None:  # a seeded run gives the same ids again; otherwise they stay random
         for i, ep in enumerate(episodes):
             ep.trajectory.id = new_id("play", seed, i, *ep._origin)
     eot = end_of_turn_id(policy) if config.constrained else None
     stop = config.sampling.stop + tuple(e.template.answer.stop for e in episodes if config.stop_at_action)
     round_index = 0
-    with EnvOps(config.env_workers) as ops:
-        while True:
-            running = [e for e in episodes if not e.done]
-            if not running:
-                break
-            rseed = _round_seed(seed, round_index)
-            free, chosen, slotted = [], [], []
-            for ep in running:
-                prompt = ep.prompt()
-                if ep.constrained:
-                    cands = [
-                        policy.tokenize(ep.template.answer.wrap(a)) + ([eot] if eot is not None else [])
-                        for a in ep.admissible
-                    ]
-                    if ep.fits(prompt, max(len(c) for c in cands)):
-                        chosen.append((ep, prompt, cands))
-                elif (slot := ep.slot) is not None:
-                    answer = ep.template.answer
-                    head, tail = policy.tokenize(answer.opening + slot[0]), policy.tokenize(slot[1] + answer.stop)
-                    if ep.fits(prompt, len(head) + config.sampling.max_new_tokens + len(tail) + 1):
-                        slotted.append((ep, prompt, head, slot))
-                elif ep.fits(prompt, config.sampling.max_new_tokens):
-                    free.append((ep, prompt))
-            stepping: list[Future[AgentEpisode]] = []
-            if free:
-                params = replace(config.sampling, seed=rseed, stop=tuple(dict.fromkeys(stop)))
-                for (ep, prompt), gen in zip(free, policy.generate([p for _, p in free], params)):
-                    stepping.append(ops.submit(ep._step, ep._begin_free(gen, prompt)))
-            if chosen:  # the free episodes' envs step meanwhile
-                pairs = [(prompt, c) for _, prompt, cands in chosen for c in cands]
-                scores = policy.score([p for p, _ in pairs], [c for _, c in pairs])
-                offset = 0
-                for k, (ep, prompt, cands) in enumerate(chosen):
-                    mine = scores[offset : offset + len(cands)]
-                    offset += len(cands)
-                    rng = np.random.default_rng(None if rseed is None else [rseed, k])
-                    i = _choose(mine, config.constrained_score, config.sampling.temperature, rng)
-                    turn = ep._begin_choice(ep.admissible[i], cands[i], mine[i], prompt)
-                    stepping.append(ops.submit(ep._step, turn))
-            if slotted:
-                stepping += _fill_slots(slotted, policy, config, rseed, eot, ops)
-            ops.gather(stepping, then=lambda _, ep: ep._end())
-            round_index += 1
-            if on_round is not None:
-                on_round(episodes)
+    while True:
+        running = [e for e in episodes if not e.done]
+        if not running:
+            break
+        rseed = _round_seed(seed, round_index)
+        free, chosen, slotted = _sort(running, policy, config, eot)
+        steps = _Round(collector)
+        try:
+            _decide(free, chosen, slotted, policy, config, rseed, eot, stop, steps)
+            steps.finish()
+        except BaseException:
+            steps.abandon()
+            raise
+        round_index += 1
+        if on_round is not None:
+            on_round(episodes)
     return [e.trajectory for e in episodes]
+
+
+def _sort(running: Sequence[AgentEpisode], policy: Policy, config: RolloutConfig, eot: int | None) -> tuple:
+    """The running episodes whose next reply still fits their context, by how it is made: free text, a choice
+    among admissible actions (constrained), or a slot to fill; each with its prompt (and candidates or slot)."""
+    free, chosen, slotted = [], [], []
+    for ep in running:
+        prompt = ep.prompt()
+        if ep.constrained:
+            cands = [
+                policy.tokenize(ep.template.answer.wrap(a)) + ([eot] if eot is not None else []) for a in ep.admissible
+            ]
+            if ep.fits(prompt, max(len(c) for c in cands)):
+                chosen.append((ep, prompt, cands))
+        elif (slot := ep.slot) is not None:
+            answer = ep.template.answer
+            head, tail = policy.tokenize(answer.opening + slot[0]), policy.tokenize(slot[1] + answer.stop)
+            if ep.fits(prompt, len(head) + config.sampling.max_new_tokens + len(tail) + 1):
+                slotted.append((ep, prompt, head, slot))
+        elif ep.fits(prompt, config.sampling.max_new_tokens):
+            free.append((ep, prompt))
+    return free, chosen, slotted
+
+
+def _decide(free, chosen, slotted, policy, config, rseed, eot, stop, steps: _Round) -> None:
+    """Generate (free text), score (constrained) or fill slots for one round's episodes, submitting each env step
+    as soon as its turn is decided, so the envs of one kind step while the next kind generates."""
+    if free:
+        params = replace(config.sampling, seed=rseed, stop=tuple(dict.fromkeys(stop)))
+        for (ep, prompt), gen in zip(free, policy.generate([p for _, p in free], params)):
+            steps.act(ep, ep._begin_free(gen, prompt))
+    if chosen:  # the free episodes' envs step meanwhile
+        pairs = [(prompt, c) for _, prompt, cands in chosen for c in cands]
+        scores = policy.score([p for p, _ in pairs], [c for _, c in pairs])
+        offset = 0
+        for k, (ep, prompt, cands) in enumerate(chosen):
+            mine = scores[offset : offset + len(cands)]
+            offset += len(cands)
+            rng = np.random.default_rng(None if rseed is None else [rseed, k])
+            i = _choose(mine, config.constrained_score, config.sampling.temperature, rng)
+            steps.act(ep, ep._begin_choice(ep.admissible[i], cands[i], mine[i], prompt))
+    if slotted:
+        _fill_slots(slotted, policy, config, rseed, eot, steps)
 
 
 def _fill_slots(
@@ -563,8 +648,8 @@ def _fill_slots(
     config: RolloutConfig,
     seed: int | None,
     eot: int | None,
-    ops: EnvOps,
-) -> list[Future[AgentEpisode]]:
+    steps: _Round,
+) -> None:
     """Slot turns (see :attr:`AgentEpisode.slot`): the policy continues the reply's fixed head (e.g.
     ``<action>search[``) up to the first character of what follows the slot (``]``); the reply is the action with
     that value in the slot, re-scored whole so its log-probs are the policy's own for exactly the recorded tokens."""
@@ -581,10 +666,8 @@ def _fill_slots(
         ids = policy.tokenize(ep.template.answer.wrap(action)) + ([eot] if eot is not None else [])
         replies.append((ep, prompt, action, ids))
     scores = policy.score([prompt for _, prompt, _, _ in replies], [ids for *_, ids in replies])
-    return [
-        ops.submit(ep._step, ep._begin_choice(action, ids, lp, prompt))
-        for (ep, prompt, action, ids), lp in zip(replies, scores, strict=True)
-    ]
+    for (ep, prompt, action, ids), lp in zip(replies, scores, strict=True):
+        steps.act(ep, ep._begin_choice(action, ids, lp, prompt))
 
 
 def rollout(

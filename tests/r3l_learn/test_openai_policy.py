@@ -272,8 +272,8 @@ def test_train_flags_build_an_openai_reflector(server):
     """``r3l train --reflector openai:MODEL --reflector-base-url URL``: the flags come from TrainConfig, and the
     learner's reflector is the OpenAI client on that server."""
     from r3l_learn.openai_policy import OpenAIReflector
-    from r3l_learn.train import _reflector
     from r3l_learn.train_cli import ConfigArgumentParser, add_train_arguments, config_from_args
+    from r3l_learn.train_setup import make_reflector as _reflector
 
     parser = ConfigArgumentParser()
     add_train_arguments(parser)

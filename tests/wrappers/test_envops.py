@@ -166,7 +166,7 @@ def test_collect_is_the_same_serial_concurrent_and_in_waves(env_id):
         config = ReflectRetryConfig(group_size=4, rollout=rollout, keep_checkpoints=True, max_envs=max_envs)
         rr = ReflectRetry(iter(envs).__next__, policy, reflector, config)
         runs[workers, max_envs] = dicts(rr.collect(tasks, seed=5))
-        assert len(rr._envs) == (max_envs or 4)
+        assert len(rr.collector) == (max_envs or 4)
     for env in envs:
         env.close()
     serial = without_checkpoints(runs[1, None])

@@ -1,0 +1,213 @@
+"""The configuration of a training run: :class:`TrainConfig`, one flat dataclass with a help line per field.
+
+It is saved in every checkpoint (a resume checks it against the saved one: only :data:`RESUMABLE_CHANGES` may
+differ) and ``r3l train`` turns its fields into flags. :func:`r3l_learn.train.train` runs it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from r3l_learn.algorithms import ABLATIONS, ALGORITHMS, Algorithm, hyperparameter_help, resolve_algorithm
+from r3l_learn.cli_args import env_id_problem, parse_kwargs
+from r3l_learn.evaluate import BACKENDS
+from r3l_learn.losses import AGGREGATIONS, KL_ESTIMATORS
+from r3l_learn.models import DEFAULT_MODEL
+
+__all__ = ["HYPER_FLAGS", "RESUMABLE_CHANGES", "TrainConfig", "config_from_dict"]
+
+logger = logging.getLogger(__name__)
+
+#: config fields that may change between a run and its resumption (everything else must match)
+RESUMABLE_CHANGES = frozenset(
+    {"steps", "eval_every", "eval_episodes", "eval_before", "progress", "checkpoint_every", "save_final"}
+)
+
+
+#: config fields that are shorthands for a hyperparameter of the same name (any other goes through ``hyper``)
+HYPER_FLAGS = ("alpha", "clip", "eps")
+
+
+def _f(default: Any, help: str, **argparse_kwargs: Any) -> Any:
+    """A config field with its ``r3l train --help`` text (and any ``choices`` or ``aliases`` for the flag)."""
+    return field(default=default, metadata={"help": help, **argparse_kwargs})
+
+
+_PAPER = "the R³L paper, arXiv 2601.03715"
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run depends on (saved in every checkpoint; ``r3l train --help`` lists it).
+
+    Each field's help, choices and flag aliases live in its metadata, which ``r3l train`` turns into flags with
+    ``transformers.HfArgumentParser``.
+    """
+
+    # what to train, on what
+    env: str = _f("r3l/Countdown-v0", "a registered env id (`r3l envs` lists them)")
+    env_kwargs: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "gym.make kwargs for train and eval envs", "metavar": "KEY=VALUE"}
+    )
+    train_split: str = _f("train", "the split tasks are drawn from (in a seeded order, epoch after epoch)")
+    eval_split: str = _f("test", "the held-out split of the periodic evals")
+    model: str = _f(DEFAULT_MODEL, 'an embedded model name, a local HF folder, or "tiny-random"')
+    algo: str = _f("r3l", "the learning algorithm (r3l_learn/algorithms.py)", choices=tuple(sorted(ALGORITHMS)))
+    ablations: tuple[str, ...] = _f((), "r3l only: parts of R³L to switch off", choices=tuple(sorted(ABLATIONS)))
+    reflector: str = _f(
+        "self",
+        'who reflects: "self" (the paper), "oracle" (privileged env knowledge), a model name/folder, or '
+        '"openai:MODEL" (a model behind an OpenAI-compatible server, see --reflector-base-url)',
+    )
+    reflector_base_url: str | None = _f(
+        None,
+        "the server of an openai:MODEL reflector, e.g. http://127.0.0.1:8000/v1 (None: OpenAI's API; the "
+        "key comes from R3L_OPENAI_API_KEY or OPENAI_API_KEY)",
+    )
+    # sampling budget: every algorithm samples group_size trajectories per task (r3l: N/2 bases + retries + fill)
+    steps: int = _f(20, "optimiser steps; each collects --tasks-per-step groups")
+    tasks_per_step: int = _f(4, "groups (tasks) per step; the paper uses 96")
+    group_size: int = _f(8, "N, trajectories per task (the paper's 8); even for r3l")
+    fill: bool = _f(True, "top r3l groups up to N with extra bases, so budgets are equal across algorithms")
+    temperature: float = _f(1.0, f"sampling temperature of training rollouts ({_PAPER}: 1.0)")
+    max_new_tokens: int = _f(256, "new tokens per agent turn")
+    max_turns: int | None = _f(None, "turns per episode; None: the env's own limit")
+    actions: Literal["free", "constrained"] = _f(
+        "free", "free text, or constrained: choose among the env's admissible actions by likelihood"
+    )
+    # objective
+    alpha: float | None = _f(
+        None, f"positive amplification α; the authors' sweep found 1-5 similar (None: {hyperparameter_help('alpha')})"
+    )
+    aux_weight: float | None = _f(None, f"λ of the auxiliary SFT term; None: α ({_PAPER})")
+    kl_coef: float | None = _f(None, "KL coefficient; None: the algorithm's default (0 for r3l, 0.001 for grpo)")
+    kl_estimator: str = _f("k3", "KL estimator (r3l_learn.losses.kl_penalty)", choices=KL_ESTIMATORS)
+    clip: float | None = _f(None, f"ppo_clip's ε, the ratio kept in [1-ε, 1+ε] (None: {hyperparameter_help('clip')})")
+    eps: float | None = _f(
+        None, f"grpo's ε in (r - mean)/(std + ε), >= 0; equal rewards get 0 (None: {hyperparameter_help('eps')})"
+    )
+    hyper: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "any hyperparameter the algorithm's advantage or objective declares, e.g. threshold=0.5 for "
+            "raft (r3l_learn/advantages.py, losses.py); --alpha, --clip and --eps are shorthands",
+            "metavar": "NAME=VALUE",
+        },
+    )
+    aggregation: str = _f("token_mean", f"loss aggregation ({_PAPER}: token mean)", choices=AGGREGATIONS)
+    # optimiser: small models on CPU need a far higher lr than the paper's 1e-6 for 1.5B models
+    lr: float = _f(1e-5, "AdamW learning rate (the paper's 1e-6 is for 1.5B models; small CPU models need more)")
+    weight_decay: float = _f(0.01, "AdamW weight decay, as the paper")
+    grad_clip: float = _f(1.0, "max global gradient norm")
+    micro_batch_size: int = _f(4, "rows per forward/backward; the loss is independent of it")
+    # efficiency
+    device: str = _f("cpu", '"cpu" or "cuda[:i]"')
+    rollout_backend: str = _f(
+        "hf", "hf: rollouts share the trained model; vllm: a vLLM engine gets each update", choices=BACKENDS
+    )
+    dtype: Literal["float32", "bfloat16", "auto"] = _f(
+        "float32", "weights (fp32 master weights train best; compute precision is --autocast); auto: bf16 where native"
+    )
+    autocast: Literal["auto", "off", "bf16"] = _f(
+        "auto", "bf16 autocast for training and rollouts; auto: bf16 only where the device computes it natively"
+    )
+    gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (less memory)")
+    lora_rank: int = _f(0, "> 0: train LoRA adapters of this rank instead of every weight (needs peft)")
+    lora_alpha: float = _f(16.0, "LoRA scaling numerator")
+    logprob_chunk: int = _f(1024, "LM-head positions per chunk")
+    # evaluation (held-out split, fixed temperature)
+    eval_every: int = _f(10, "steps between evals; 0: only before and after training")
+    eval_episodes: int = _f(16, "held-out episodes per eval (the same ones each time); 0: no evals")
+    eval_temperature: float = _f(0.4, f"sampling temperature of evals ({_PAPER}: 0.4)")
+    eval_before: bool = _f(True, "evaluate the initial model (off: a sweep that evaluated it once for all its runs)")
+    eval_batch_size: int = _f(8, "eval episodes played together")
+    # the run
+    out_dir: str = _f("runs/r3l", "metrics, checkpoints, plots, summary and the final model go here", aliases=["--out"])
+    seed: int = _f(0, "seeds task order, sampling and the initial weights of tiny-random")
+    checkpoint_every: int = _f(10, "steps between checkpoints; 0: only at the end and on Ctrl-C")
+    keep_checkpoints: int = _f(2, "newest checkpoints kept on disk")
+    max_bad_steps: int = _f(3, "consecutive non-finite steps before giving up")
+    save_final: bool = _f(True, "write the trained model (or adapters) to out_dir/final")
+    tensorboard: bool = _f(True, "also log to out_dir/tensorboard (needs the tensorboard package)")
+    progress: bool = _f(True, "a progress bar with live reward and success")
+
+    def __post_init__(self) -> None:
+        self.ablations = tuple(self.ablations)
+        problems = []
+        env_problem = env_id_problem(self.env)
+        if env_problem:
+            problems.append(env_problem)
+        if self.algo not in ALGORITHMS:
+            problems.append(f"algo must be one of {sorted(ALGORITHMS)}, got {self.algo!r}")
+        if self.ablations and self.algo != "r3l":
+            problems.append("ablations apply to --algo r3l only")
+        unknown = [a for a in self.ablations if a not in ABLATIONS]
+        if unknown:
+            problems.append(f"unknown ablations {unknown}; choose among {sorted(ABLATIONS)}")
+        if self.group_size < 2 or (self.algo == "r3l" and self.group_size % 2):
+            problems.append(f"group_size must be >= 2 and even for r3l (N/2 bases + retries), got {self.group_size}")
+        for name in ("steps", "tasks_per_step", "micro_batch_size", "max_new_tokens", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("eval_every", "eval_episodes", "checkpoint_every", "lora_rank", "keep_checkpoints"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.lr > 0:
+            problems.append(f"lr must be > 0, got {self.lr}")
+        if self.actions not in ("free", "constrained"):
+            problems.append(f"actions must be 'free' or 'constrained', got {self.actions!r}")
+        if self.rollout_backend not in BACKENDS:
+            problems.append(f"rollout_backend must be one of {BACKENDS}, got {self.rollout_backend!r}")
+        if self.rollout_backend == "vllm" and self.lora_rank:
+            # the engine receives full state dicts; LoRA adapters would have to be merged first (not done)
+            problems.append("rollout_backend='vllm' needs full fine-tuning (no --lora-rank): adapters are not merged")
+        if self.autocast not in ("auto", "off", "bf16"):
+            problems.append(f"autocast must be 'auto', 'off' or 'bf16', got {self.autocast!r}")
+        if self.dtype not in ("float32", "bfloat16", "auto"):
+            problems.append(f"dtype must be 'float32', 'bfloat16' or 'auto', got {self.dtype!r}")
+        if self.aggregation not in AGGREGATIONS:
+            problems.append(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            problems.append(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
+        if self.max_bad_steps < 1:
+            problems.append(f"max_bad_steps must be >= 1, got {self.max_bad_steps}")
+        self.hyper = parse_kwargs(self.hyper)  # the CLI hands over NAME=VALUE pairs
+        if not problems:
+            try:
+                self.hyper_values()
+            except ValueError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise ValueError("invalid TrainConfig:\n  - " + "\n  - ".join(problems))
+
+    def hyper_values(self) -> dict[str, Any]:
+        """The algorithm's hyperparameters for this run: the registered defaults, overridden by ``--alpha``,
+        ``--clip`` and ``--eps`` where the algorithm has them, then by ``--hyper``."""
+        declared = self.algorithm.hyperparameters
+        named = {n: getattr(self, n) for n in HYPER_FLAGS if getattr(self, n) is not None}
+        for name in sorted(set(named) - set(declared)):
+            logger.warning("--%s is not a hyperparameter of %s: ignored", name, self.algorithm.name)
+        both = sorted(set(named) & set(self.hyper))
+        if both:
+            raise ValueError(f"{both} given both as a flag and in --hyper: give each once")
+        return self.algorithm.resolve_hyper({**{k: v for k, v in named.items() if k in declared}, **self.hyper})
+
+    @property
+    def algorithm(self) -> Algorithm:
+        return resolve_algorithm(self.algo, self.ablations)
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(asdict(self)))
+
+
+def config_from_dict(data: dict[str, Any]) -> TrainConfig:
+    """A :class:`TrainConfig` from a dict (e.g. a run's ``config.json``); unknown keys are an error."""
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"unknown TrainConfig fields {unknown}; known: {sorted(names)}")
+    return TrainConfig(**data)
