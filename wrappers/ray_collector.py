@@ -1,0 +1,497 @@
+"""A :class:`wrappers.collector.Collector` whose envs live in Ray actors, on this machine or across a cluster.
+
+Each env worker is a Ray actor (:class:`_EnvWorker`) holding the envs of some slots, made with ``gym.make``
+inside the actor (envs never travel). Slot ``i`` lives on worker ``i % workers``. Only plain data crosses:
+actions, seeds, task ids, observations, infos, and checkpoints as ``Checkpoint.to_bytes()`` (rebuilt here with
+the verified ``Checkpoint.from_bytes``). Ray's own transport pickles; a Ray cluster is one trust domain (never
+expose its ports), so nothing else is decoded from what a worker sends.
+
+Faults. For every slot the driver keeps a journal: the slot's last checkpoint (one is always taken after a reset;
+a step or restore with a checkpoint replaces it) and the calls made since. When a worker dies (its process
+killed, its node removed, or a call over ``call_timeout_s``, whose worker is then killed), a new actor replaces
+it, and each of its slots is rebuilt there by restoring its last checkpoint and replaying the journal before its
+next call runs; the failed call itself is resubmitted. Restores are exact (native or verified replay), so the
+results are those of an undisturbed run. A call is tried at most ``1 + max_retries`` times, then fails with
+:class:`WorkerLostError` naming the call and the cause. Nothing is left behind: :meth:`RayCollector.close`
+(also run at exit) kills the actors, and a Ray instance this collector started is shut down.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, as_completed, wait
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from r3l_envs.checkpoint import Checkpoint
+from wrappers.collector import EnvProfile, ResetResult, StepResult
+
+__all__ = ["RayCollector", "WorkerLostError", "connect", "require_ray"]
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+INSTALL_HINT = 'pip install -e ".[ray]"  (or: pip install "r3l[ray]")'
+
+
+class WorkerLostError(RuntimeError):
+    """An env call could not complete: its worker kept dying (or timing out), or no new worker could start."""
+
+
+def require_ray() -> Any:
+    """Import ray, or raise ImportError saying how to install the extra."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError(f"the Ray collection backend needs ray: {INSTALL_HINT}") from exc
+    return ray
+
+
+def connect(address: str, *, num_cpus: int | None = None) -> bool:
+    """Start or join Ray: ``"local"`` starts an instance in this process (``num_cpus`` logical CPUs, no
+    dashboard), ``"auto"`` joins the cluster ``ray start`` runs on this machine, anything else is a cluster
+    address (``HOST:PORT`` or ``ray://HOST:10001``). Returns whether this call started or joined Ray (``False``:
+    it was already initialised, and its owner shuts it down)."""
+    ray = require_ray()
+    if ray.is_initialized():
+        return False
+    if address == "local":
+        ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
+    else:
+        ray.init(address=address, logging_level=logging.WARNING)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------- the actor
+class _EnvWorker:
+    """The env worker (a Ray actor class once :func:`_actor_class` wraps it): envs per slot, made on first use."""
+
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any]):
+        self.env_id, self.env_kwargs = env_id, env_kwargs
+        self.envs: dict[int, Any] = {}
+
+    def whoami(self) -> tuple[int, str]:
+        """This actor's process id and Ray node id."""
+        import ray
+
+        return os.getpid(), ray.get_runtime_context().get_node_id()
+
+    def _env(self, slot: int, rebuild: tuple[bytes | None, list[tuple[Any, ...]]] | None) -> Any:
+        import gymnasium as gym
+
+        import r3l_envs  # registers the r3l/* ids in this process
+
+        if slot not in self.envs:
+            self.envs[slot] = gym.make(self.env_id, **self.env_kwargs)
+        env = self.envs[slot]
+        if rebuild is not None:
+            anchor, journal = rebuild
+            if anchor is not None:
+                r3l_envs.restore(env, Checkpoint.from_bytes(anchor))
+            for call in journal:
+                _replay(env, call)
+        return env
+
+    def profile(self, slot: int, rebuild: Any = None) -> tuple[str, int | None, str]:
+        from wrappers.envops import env_profile
+
+        p = env_profile(self._env(slot, rebuild))
+        return p.env_id, p.max_turns, p.prompt_family
+
+    def reset(self, slot: int, seed: int | None, task_id: str | None, rebuild: Any = None) -> tuple[Any, ...]:
+        import r3l_envs
+
+        env = self._env(slot, rebuild)
+        observation, info = env.reset(seed=seed, options={"task_id": task_id} if task_id is not None else None)
+        return observation, info, r3l_envs.checkpoint(env).to_bytes()  # always: the slot's journal starts here
+
+    def step(self, slot: int, action: str, checkpoint: bool, rebuild: Any = None) -> tuple[Any, ...]:
+        import r3l_envs
+
+        env = self._env(slot, rebuild)
+        observation, reward, terminated, truncated, info = env.step(action)
+        after = r3l_envs.checkpoint(env).to_bytes() if checkpoint and not (terminated or truncated) else None
+        return observation, float(reward), bool(terminated), bool(truncated), info, after
+
+    def restore(self, slot: int, data: bytes, rebuild: Any = None) -> None:
+        import r3l_envs
+
+        r3l_envs.restore(self._env(slot, rebuild), Checkpoint.from_bytes(data))
+
+    def call(self, slot: int, fn: Callable[..., Any], args: tuple[Any, ...], rebuild: Any = None) -> Any:
+        return fn(self._env(slot, rebuild), *args)
+
+    def close(self) -> None:
+        for env in self.envs.values():
+            env.close()
+        self.envs.clear()
+
+
+def _replay(env: Any, call: tuple[Any, ...]) -> None:
+    """Re-run one journaled call on a rebuilt slot (its result was already delivered)."""
+    if call[0] == "step":
+        env.step(call[1])
+    else:  # ("call", fn, args)
+        call[1](env, *call[2])
+
+
+_ACTOR: dict[str, Any] = {}
+
+
+def _actor_class(ray: Any) -> Any:
+    if "cls" not in _ACTOR:
+        _ACTOR["cls"] = ray.remote(max_restarts=0, max_task_retries=0)(_EnvWorker)
+    return _ACTOR["cls"]
+
+
+# ---------------------------------------------------------------------------------------------- the driver side
+@dataclass
+class _Worker:
+    handle: Any
+    generation: int
+    pid: int | None = None
+    node_id: str | None = None
+
+
+@dataclass
+class _Slot:
+    anchor: bytes | None = None  # the last checkpoint's bytes
+    journal: list[tuple[Any, ...]] = field(default_factory=list)  # calls since the anchor
+    generation: int = -1  # the worker generation holding this slot's env state (-1: none yet)
+
+
+@dataclass
+class _Op:
+    """One env call: what to send, how to finish it, and its tries."""
+
+    slot: int
+    method: str
+    args: tuple[Any, ...]
+    what: str  # for errors: "step 'go north' on slot 3"
+    future: Future[Any]
+    finish: Callable[[Any], Any]  # the actor's result -> the call's result (journal updated here)
+    starts_state: bool = False  # reset/restore: the slot's earlier state does not matter
+    tries: int = 0
+    ref: Any = None
+    deadline: float = 0.0
+    worker: _Worker | None = None
+    timed_out: bool = False
+    causes: list[str] = field(default_factory=list)
+
+
+class RayCollector:
+    """Env slots in Ray actors (see the module docstring); Ray must be initialised (:func:`connect`).
+
+    Args:
+        env: a registered env id; each actor makes its slots' envs with ``gym.make(env, **env_kwargs)``.
+        workers: env actors; slot ``i`` lives on actor ``i % workers``.
+        num_cpus, memory: resources each actor declares (``memory`` in bytes), so Ray places actors where
+            they fit (a ScienceWorld JVM needs ~1 GiB).
+        max_retries: resubmissions of one call after its worker died, before :class:`WorkerLostError`.
+        call_timeout_s: a call still running after this long has its worker killed and counts as a failed try.
+        start_timeout_s: how long a new actor may take to start (e.g. waiting for resources) before a try fails.
+        shutdown_ray: also ``ray.shutdown()`` on :meth:`close` (for a Ray this collector's owner started).
+    """
+
+    def __init__(
+        self,
+        env: str,
+        *,
+        env_kwargs: dict[str, Any] | None = None,
+        workers: int = 2,
+        num_cpus: float = 1.0,
+        memory: int | None = None,
+        max_retries: int = 3,
+        call_timeout_s: float = 600.0,
+        start_timeout_s: float = 120.0,
+        shutdown_ray: bool = False,
+    ):
+        if not isinstance(env, str):
+            raise TypeError(f"a RayCollector makes its envs by id inside the actors: pass an env id, got {env!r}")
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        if max_retries < 0 or call_timeout_s <= 0 or start_timeout_s <= 0:
+            raise ValueError("max_retries must be >= 0 and the timeouts > 0")
+        self._ray = require_ray()
+        if not self._ray.is_initialized():
+            raise RuntimeError('Ray is not initialised: call wrappers.ray_collector.connect("local" or an address)')
+        self.env_id, self.env_kwargs = env, dict(env_kwargs or {})
+        self.max_retries, self.call_timeout_s, self.start_timeout_s = max_retries, call_timeout_s, start_timeout_s
+        self._options: dict[str, Any] = {"num_cpus": num_cpus}
+        if memory is not None:
+            self._options["memory"] = memory
+        self._shutdown_ray = shutdown_ray
+        self._generations = 0
+        self._workers: list[_Worker | None] = [None] * workers
+        self._slots: dict[int, _Slot] = {}
+        self._inflight: dict[int, _Op] = {}  # id(op) -> op, touched on the dispatcher thread only
+        self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._profile: EnvProfile | None = None
+        self._closed = False
+        self._dispatcher = threading.Thread(target=self._dispatch, name="r3l-ray-dispatch", daemon=True)
+        self._dispatcher.start()
+        atexit.register(self.close)  # the actors die with the driver anyway; this closes their envs first
+        #: Worker replacements so far (deaths survived).
+        self.replacements = 0
+
+    @property
+    def workers(self) -> int:
+        return len(self._workers)
+
+    def __enter__(self) -> RayCollector:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ the Collector protocol
+    def profile(self) -> EnvProfile:
+        if self._profile is None:
+            future = self._submit(0, "profile", (), "profile on slot 0", lambda r: EnvProfile(*r))
+            self._profile = self.gather([future])[0]
+        return self._profile
+
+    def reset(self, slot: int, *, seed: int | None, task_id: str | None, checkpoint: bool) -> Future[ResetResult]:
+        def finish(result: tuple[Any, ...]) -> ResetResult:
+            observation, info, data = result
+            self._slots[slot] = _Slot(anchor=data, generation=self._slots[slot].generation)
+            return ResetResult(observation, info, Checkpoint.from_bytes(data) if checkpoint else None)
+
+        what = f"reset of slot {slot} (task {task_id}, seed {seed})"
+        return self._submit(slot, "reset", (seed, task_id), what, finish, starts_state=True)
+
+    def step(self, slot: int, action: str, *, checkpoint: bool) -> Future[StepResult]:
+        def finish(result: tuple[Any, ...]) -> StepResult:
+            observation, reward, terminated, truncated, info, data = result
+            state = self._slots[slot]
+            if data is not None:
+                state.anchor, state.journal = data, []
+            else:
+                state.journal.append(("step", action))
+            after = Checkpoint.from_bytes(data) if data is not None else None
+            return StepResult(observation, reward, terminated, truncated, info, after)
+
+        return self._submit(slot, "step", (action, checkpoint), f"step {action[:60]!r} on slot {slot}", finish)
+
+    def restore(self, slot: int, checkpoint: Checkpoint) -> Future[None]:
+        data = checkpoint.to_bytes()
+
+        def finish(_: None) -> None:
+            state = self._slots[slot]
+            state.anchor, state.journal = data, []
+
+        what = f"restore of slot {slot} (task {checkpoint.task_id}, step {checkpoint.step})"
+        return self._submit(slot, "restore", (data,), what, finish, starts_state=True)
+
+    def call(self, slot: int, fn: Callable[..., T], *args: Any) -> Future[T]:
+        def finish(result: T) -> T:
+            self._slots[slot].journal.append(("call", fn, args))
+            return result
+
+        name = getattr(fn, "__qualname__", repr(fn))
+        return self._submit(slot, "call", (fn, args), f"call {name} on slot {slot}", finish)
+
+    def local_env(self, slot: int) -> None:
+        """Always ``None``: the envs live in the actors (use :meth:`call`)."""
+        return None
+
+    def gather(self, futures: Sequence[Future[T]], then: Callable[[int, T], None] | None = None) -> list[T]:
+        index = {f: i for i, f in enumerate(futures)}
+        try:
+            for future in as_completed(futures):
+                if future.exception() is not None:
+                    break
+                if then is not None:
+                    then(index[future], future.result())
+        finally:
+            wait(futures)
+        failed = [f for f in futures if f.exception() is not None]
+        if failed:
+            raise failed[0].exception()
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        """Close the envs (briefly), kill every actor, stop the dispatcher; ``ray.shutdown()`` if asked. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._events.put(("stop", None))
+        self._dispatcher.join(timeout=30)
+        workers = [w for w in self._workers if w is not None]
+        closing = [w.handle.close.remote() for w in workers]
+        try:
+            self._ray.wait(closing, num_returns=len(closing), timeout=10)
+        except Exception as exc:  # a dead actor: it is killed below either way
+            logger.debug("closing env workers: %s", exc)
+        for w in workers:
+            self._kill(w)
+        self._workers = [None] * len(self._workers)
+        atexit.unregister(self.close)
+        if self._shutdown_ray and self._ray.is_initialized():
+            self._ray.shutdown()
+
+    # ------------------------------------------------------------------ internals
+    def pids(self) -> list[int | None]:
+        """The process id of each worker actor started so far (``None``: not started)."""
+        return [w.pid if w is not None else None for w in self._workers]
+
+    def node_ids(self) -> list[str | None]:
+        """The Ray node id each worker actor runs on."""
+        return [w.node_id if w is not None else None for w in self._workers]
+
+    def _submit(
+        self,
+        slot: int,
+        method: str,
+        args: tuple[Any, ...],
+        what: str,
+        finish: Callable[[Any], Any],
+        *,
+        starts_state: bool = False,
+    ) -> Future[Any]:
+        if self._closed:
+            raise RuntimeError("this RayCollector is closed")
+        if slot < 0:
+            raise ValueError(f"slots are numbered from 0, got {slot}")
+        self._slots.setdefault(slot, _Slot())
+        op = _Op(slot, method, args, what, Future(), finish, starts_state=starts_state)
+        self._events.put(("submit", op))
+        return op.future
+
+    def _dispatch(self) -> None:
+        """The one thread that sends calls, finishes them, replaces dead workers and enforces timeouts."""
+        while True:
+            try:
+                kind, item = self._events.get(timeout=1.0)
+            except queue.Empty:
+                kind, item = "tick", None
+            if kind == "stop":
+                for op in list(self._inflight.values()):
+                    op.future.set_exception(RuntimeError(f"{op.what}: the collector was closed"))
+                self._inflight.clear()
+                return
+            try:
+                if kind == "submit":
+                    self._send(item)
+                elif kind == "done":
+                    self._done(item)
+                self._check_deadlines()
+            except BaseException as exc:  # never lose a call: its future carries any failure of ours
+                if isinstance(item, _Op) and not item.future.done():
+                    self._inflight.pop(id(item), None)
+                    item.future.set_exception(exc)
+                else:
+                    logger.exception("RayCollector dispatcher")
+
+    def _send(self, op: _Op) -> None:
+        op.tries += 1
+        w = op.slot % len(self._workers)
+        try:
+            worker = self._worker(w)
+        except WorkerLostError as exc:
+            op.causes.append(str(exc))
+            self._retry_or_fail(op)
+            return
+        state = self._slots[op.slot]
+        rebuild = None
+        if state.generation != worker.generation and not op.starts_state and state.generation >= 0:
+            rebuild = (state.anchor, list(state.journal))
+            logger.info("rebuilding slot %d on worker %d (%d journaled calls)", op.slot, w, len(state.journal))
+        state.generation = worker.generation
+        op.worker, op.timed_out = worker, False
+        op.deadline = time.monotonic() + self.call_timeout_s
+        op.ref = getattr(worker.handle, op.method).remote(op.slot, *op.args, rebuild)
+        self._inflight[id(op)] = op
+        op.ref.future().add_done_callback(lambda _f, op=op, ref=op.ref: self._events.put(("done", (op, ref))))
+
+    def _done(self, item: tuple[_Op, Any]) -> None:
+        op, ref = item
+        if op.ref is not ref or id(op) not in self._inflight:
+            return  # a stale completion of an earlier try
+        del self._inflight[id(op)]
+        try:
+            result = self._ray.get(ref, timeout=0)
+        except self._ray.exceptions.RayTaskError as exc:  # the env raised: that is the call's result
+            cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+            op.future.set_exception(cause)
+            return
+        except _lost_errors(self._ray) as exc:
+            reason = f"timed out after {self.call_timeout_s:g} s" if op.timed_out else f"{type(exc).__name__}"
+            op.causes.append(f"try {op.tries}: worker {op.slot % len(self._workers)} lost ({reason})")
+            logger.warning("%s: worker lost (%s); rebuilding it", op.what, reason)
+            self._replace(op.worker)
+            self._retry_or_fail(op)
+            return
+        try:
+            value = op.finish(result)
+        except BaseException as exc:  # a corrupt checkpoint from the worker: a typed error, never swallowed
+            op.future.set_exception(exc)
+        else:
+            op.future.set_result(value)
+
+    def _retry_or_fail(self, op: _Op) -> None:
+        if op.tries > self.max_retries:
+            op.future.set_exception(
+                WorkerLostError(
+                    f"{op.what} failed after {op.tries} tries (max_retries={self.max_retries}): " + "; ".join(op.causes)
+                )
+            )
+            return
+        self._send(op)
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        for op in list(self._inflight.values()):
+            if not op.timed_out and now > op.deadline and op.worker is not None:
+                op.timed_out = True
+                logger.warning("%s: no answer after %g s; killing its worker", op.what, self.call_timeout_s)
+                self._kill(op.worker)  # its calls now fail as lost, and are retried on a new worker
+
+    def _worker(self, w: int) -> _Worker:
+        worker = self._workers[w]
+        if worker is None:
+            worker = self._workers[w] = self._start(w)
+        return worker
+
+    def _replace(self, dead: _Worker | None) -> None:
+        for w, worker in enumerate(self._workers):
+            if worker is not None and worker is dead:
+                self._kill(worker)
+                self._workers[w] = None  # the next call on one of its slots starts the replacement
+                self.replacements += 1
+
+    def _start(self, w: int) -> _Worker:
+        """A new actor, ready (it answered) within ``start_timeout_s``."""
+        ray = self._ray
+        handle = _actor_class(ray).options(**self._options).remote(self.env_id, self.env_kwargs)
+        try:
+            pid, node = ray.get(handle.whoami.remote(), timeout=self.start_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            ray.kill(handle, no_restart=True)
+            raise WorkerLostError(
+                f"env worker {w} did not start within {self.start_timeout_s:g} s: no node has free resources "
+                f"{self._options} (declare fewer, or add nodes)"
+            ) from None
+        except _lost_errors(ray) as exc:
+            raise WorkerLostError(f"env worker {w} died while starting: {type(exc).__name__}: {exc}") from exc
+        self._generations += 1
+        logger.info("env worker %d: pid %d on node %s (generation %d)", w, pid, node, self._generations)
+        return _Worker(handle, self._generations, pid, node)
+
+    def _kill(self, worker: _Worker) -> None:
+        try:
+            self._ray.kill(worker.handle, no_restart=True)
+        except Exception as exc:  # already gone
+            logger.debug("kill env worker: %s", exc)
+
+
+def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
+    """The errors that mean the worker (or its node) is gone, not that the env raised."""
+    e = ray.exceptions
+    return (e.RayActorError, e.WorkerCrashedError, e.NodeDiedError, e.ObjectLostError, e.OwnerDiedError)
