@@ -271,8 +271,9 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
         upd, grad_norm, ok = _update(run, rows)
         run.completed, run.cursor = step + 1, run.stream.cursor
         metrics = _step_metrics(groups, run.algo, upd, grad_norm, ok, (t0, t1, time.perf_counter()))
+        own = dict(metrics)
         for callback in on_step:
-            extra = callback(StepInfo(run.completed, groups, dict(metrics))) or {}
+            extra = callback(StepInfo(run.completed, groups, dict(own))) or {}
             clash = sorted(set(extra) & set(metrics))
             if clash:
                 raise ValueError(f"an on_step callback returned metrics the step already logs: {clash}")
