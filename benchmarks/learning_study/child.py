@@ -1,6 +1,6 @@
 """One cell of the grid, in its own process: ``python -m learning_study.child RUN_DIR`` reads ``RUN_DIR/spec.json``
 (written by the scheduler), trains or resumes, and writes ``result.json``. Every step's metrics gain ``bench/*``
-counters computed from the step's groups (:func:`budget_counts`)."""
+counters computed from the step's groups (:func:`budget_counts`, through ``train``'s ``on_step`` hook)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,11 @@ import importlib
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from . import ROOT
-
-logger = logging.getLogger("bench.learning")
 
 
 def register_setup(setup: str | None) -> None:
@@ -69,34 +67,17 @@ def budget_counts(groups: Sequence[Any]) -> dict[str, int]:
     return {f"bench/{k}": v for k, v in counts.items()}
 
 
-def _add_step_metrics(train_module: Any, extra: Callable[[Sequence[Any]], dict[str, Any]]) -> None:
-    """Make every step's metrics record include ``extra(groups)``.
-
-    The one place that reaches into the learner: ``r3l_learn.train`` has no metrics hook yet (issue 16 item 4), so
-    this wraps its private ``_step_metrics``. Once ``train()`` takes a hook, pass ``extra`` through it instead."""
-    original = getattr(train_module, "_step_metrics", None)
-    if original is None:
-        logger.warning("r3l_learn.train has no _step_metrics: the bench/* counters are not recorded")
-        return
-
-    def step_metrics(groups: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return {**original(groups, *args, **kwargs), **extra(groups)}
-
-    train_module._step_metrics = step_metrics
-
-
 def run_cell(run_dir: Path) -> int:
     """Run one cell in this process: set up, train (or resume), write ``result.json``; 130 if interrupted."""
     import torch
 
-    import r3l_learn.train as train_module
+    from r3l_learn.train import TrainConfig, train
 
     spec = json.loads((run_dir / "spec.json").read_text())
     torch.set_num_threads(int(spec.get("threads") or 1))
     register_setup(spec.get("setup"))
-    _add_step_metrics(train_module, budget_counts)
-    config = train_module.TrainConfig(**spec["config"])
-    result = train_module.train(config, resume=spec["resume"])
+    config = TrainConfig(**spec["config"])
+    result = train(config, resume=spec["resume"], on_step=[lambda info: budget_counts(info.groups)])
     summary = {
         "steps_done": result.steps_done,
         "interrupted": result.interrupted,
