@@ -1,0 +1,449 @@
+"""One agent episode on one env slot: prompts, parsing, the env's replies, and the recorded trajectory.
+
+An :class:`AgentEpisode` builds each turn's prompt ids, turns a generation (or a constrained choice) into an
+action, has its :class:`wrappers.collector.Collector` step the env, and records the turn; :func:`wrappers.rollout.play`
+drives many of them in batched rounds. :class:`RolloutConfig` says how episodes are played.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import re
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import gymnasium as gym
+
+from wrappers.chat import ChatSequence, replay
+from wrappers.collector import Collector, ResetResult, StepResult
+from wrappers.data import Trajectory, Turn
+from wrappers.envops import LocalCollector
+from wrappers.parsing import parse_reply
+from wrappers.policy import Generation, Policy, SamplingParams, describe
+from wrappers.prompts import FAMILIES, PromptTemplate
+
+__all__ = ["DEFAULT_ENV_WORKERS", "DEFAULT_MAX_TURNS", "AgentEpisode", "RolloutConfig"]
+
+logger = logging.getLogger(__name__)
+
+# An admissible "action" that is a template, e.g. "search[<query>]".
+_SLOT = re.compile(r"<[^<>\s][^<>]*>")
+
+#: Turn limit for envs that declare neither ``max_episode_steps`` nor ``max_attempts``. An env with
+#: ``max_attempts`` (the math envs) gets that many turns: every reply is an attempt, and one the parser cannot
+#: use costs one too, as a reply without a final answer does when the env reads it.
+DEFAULT_MAX_TURNS = 30
+
+#: Env calls of one round run in this many threads by default. Env calls mostly wait (a JVM, a replay, C code),
+#: so a few threads overlap them even on two cores; results are identical to serial (:mod:`wrappers.envops`).
+DEFAULT_ENV_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How episodes are played."""
+
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_turns: int | None = None  # None: the env's max_episode_steps or max_attempts, else DEFAULT_MAX_TURNS
+    history: int | None = None  # keep only the last k turns in the context; None keeps all (one sequence)
+    constrained: bool = False  # pick among admissible actions by log-likelihood where the env lists them
+    constrained_score: Literal["mean", "sum"] = "mean"  # mean log-prob: summed favours short actions (FACTS.md)
+    keep_checkpoints: bool = False  # checkpoint the env before every turn (reflect-retry restores them)
+    stop_at_action: bool = True  # end generation at the closing action tag: nothing after it is used
+    template: PromptTemplate | None = None  # None: the env family's template
+    env_workers: int = DEFAULT_ENV_WORKERS  # threads for env calls between rounds; 1 = serial (same results)
+
+    def __post_init__(self) -> None:
+        if self.env_workers < 1:
+            raise ValueError(
+                f"env_workers must be >= 1 (1 steps envs serially on the calling thread), got {self.env_workers}"
+            )
+        if self.history is not None and self.history < 0:
+            raise ValueError(f"history must be None (all turns) or >= 0, got {self.history}")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+        if self.constrained_score not in ("mean", "sum"):
+            raise ValueError(f"constrained_score must be 'mean' or 'sum', got {self.constrained_score!r}")
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` as JSON holds it (tuples become lists, foreign objects their repr), so what a trajectory
+    stores is exactly what its JSONL round-trip gives back."""
+    return json.loads(json.dumps(value, ensure_ascii=True, default=repr))
+
+
+class AgentEpisode:
+    """One episode of one env under a policy: builds prompts, applies generations, records the trajectory.
+
+    The env is a slot of a :class:`wrappers.collector.Collector` (an env passed in directly gets a one-slot
+    :class:`wrappers.envops.LocalCollector`): the episode asks it for resets, steps and restores and never touches
+    an env object, so the env may live in another process. Reflect-retry and other wrappers can drive it
+    directly: ``prompt()`` gives the next prompt ids, and ``apply(generation)`` /
+    ``apply_choice(action, ids, logprobs)`` play the turn.
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        policy: Policy,
+        config: RolloutConfig,
+        *,
+        seed: int | None = None,
+        task_id: str | None = None,
+    ):
+        collector = LocalCollector([env], workers=1)
+        self._setup(collector, 0, policy, config)
+        started = collector.reset(0, seed=seed, task_id=task_id, checkpoint=config.keep_checkpoints)
+        self._open(collector.gather([started])[0], seed)
+
+    @classmethod
+    def start_many(
+        cls,
+        envs: Sequence[gym.Env] | Collector,
+        policy: Policy,
+        config: RolloutConfig,
+        *,
+        seeds: Sequence[int | None],
+        task_ids: Sequence[str | None],
+    ) -> list[AgentEpisode]:
+        """Start one episode per env (or per collector slot ``0..len(seeds)-1``), as
+        ``AgentEpisode(env, ..., seed=s, task_id=t)`` does, with the resets running (in ``config.env_workers``
+        threads for env instances) while the first prompts are tokenised here."""
+        collector, slots = _slots(envs, len(seeds), config)
+        if len(task_ids) != len(slots):
+            raise ValueError(f"{len(slots)} envs but {len(seeds)} seeds and {len(task_ids)} task ids")
+        episodes = [cls._blank(collector, slot, policy, config) for slot in slots]
+        resets = [
+            collector.reset(slot, seed=s, task_id=t, checkpoint=config.keep_checkpoints)
+            for slot, s, t in zip(slots, seeds, task_ids, strict=True)
+        ]
+        collector.gather(resets, then=lambda i, result: episodes[i]._open(result, seeds[i]))
+        return episodes
+
+    @classmethod
+    def _blank(cls, collector: Collector, slot: int, policy: Policy, config: RolloutConfig) -> AgentEpisode:
+        self = cls.__new__(cls)
+        self._setup(collector, slot, policy, config)
+        return self
+
+    def _open(self, start: ResetResult, seed: int | None) -> None:
+        """Start from a reset's result (calling thread only): the first prompt's tokens."""
+        self.observation, self.info, self._checkpoint = start.observation, start.info, start.checkpoint
+        self.trajectory = self._new_trajectory(seed)
+        first = self.template.first_user(self.info["task"], self.observation, self.info["admissible_actions"])
+        self._shown: list[str] = [first]  # the user text of every turn, as the agent saw it
+        self._sequence = ChatSequence(self.policy, self._opening(first))
+        self._context: ChatSequence | None = None  # a guided generation context, when it differs (resume)
+        self._origin: tuple[Any, ...] = ("reset", seed, self.info["task_id"])  # what fixes the episode, for its id
+
+    def _setup(self, collector: Collector, slot: int, policy: Policy, config: RolloutConfig) -> None:
+        self.collector, self.env_slot, self.policy, self.config = collector, slot, policy, config
+        self.profile = collector.profile()
+        self.template = config.template or FAMILIES[self.profile.prompt_family]
+        self.system = self.template.system()
+        self.max_turns = config.max_turns or self.profile.max_turns or DEFAULT_MAX_TURNS
+        self.done = False
+        self._ending: str | None = None  # why the episode ends after the turn being played, once the env said
+
+    def _new_trajectory(self, seed: int | None) -> Trajectory:
+        return Trajectory(
+            env_id=self.profile.env_id,
+            task_id=self.info["task_id"],
+            task=self.info["task"],
+            metadata={
+                "policy": describe(self.policy),
+                "template": self.template.family,
+                "seed": seed,
+                "sampling": _jsonable(asdict(self.config.sampling)),
+                "constrained": self.config.constrained,
+                "history": self.config.history,
+            },
+        )
+
+    @classmethod
+    def resume(
+        cls,
+        env: gym.Env,
+        policy: Policy,
+        config: RolloutConfig,
+        base: Trajectory,
+        pivot: int,
+        *,
+        guidance: str | None = None,
+        kind: str = "retry",
+    ) -> AgentEpisode:
+        """Continue ``base`` from the env state just before its turn ``pivot`` (restored from the checkpoint
+        the base rollout kept; never by re-asking the model).
+
+        The new trajectory's turns before ``pivot`` are the base's, and its token sequence up to the pivot is
+        token-identical to the base's; its ``base_id`` is ``base.id``. ``guidance``, if given, is put before the
+        pivot turn's user message in the *generation* context only; the trajectory's training sequence never
+        contains it (R3L.md §1), and the turns generated under it say so (``logprob_context="guided"``).
+        """
+        (episode,) = cls.resume_many([env], policy, config, [base], [pivot], guidances=[guidance], kind=kind)
+        return episode
+
+    @classmethod
+    def resume_many(
+        cls,
+        envs: Sequence[gym.Env] | Collector,
+        policy: Policy,
+        config: RolloutConfig,
+        bases: Sequence[Trajectory],
+        pivots: Sequence[int],
+        *,
+        guidances: Sequence[str | None] | None = None,
+        kind: str = "retry",
+        slots: Sequence[int] | None = None,
+    ) -> list[AgentEpisode]:
+        """:meth:`resume` for several bases at once, on env instances or a collector's ``slots`` (default
+        ``0..len(bases)-1``; any slot restores any checkpoint, the one that played the base fastest): the restores
+        (a verified replay can take a while) run while the prefixes are rebuilt here; the episodes are the same."""
+        guidances = list(guidances) if guidances is not None else [None] * len(bases)
+        collector, slots = _slots(envs, len(bases), config, slots)
+        if not len(slots) == len(bases) == len(pivots) == len(guidances):
+            raise ValueError(f"{len(slots)} envs, {len(bases)} bases, {len(pivots)} pivots, {len(guidances)} guidances")
+        episodes = [cls._resumable(collector, slot, policy, config, b, p) for slot, b, p in zip(slots, bases, pivots)]
+        restores = [collector.restore(slot, b.turns[p].checkpoint) for slot, b, p in zip(slots, bases, pivots)]
+        try:
+            for ep, base, pivot, guidance in zip(episodes, bases, pivots, guidances):
+                ep._rebuild(base, pivot, guidance, kind)
+        finally:
+            collector.gather(restores)
+        return episodes
+
+    @classmethod
+    def _resumable(
+        cls, collector: Collector, slot: int, policy: Policy, config: RolloutConfig, base: Trajectory, pivot: int
+    ) -> AgentEpisode:
+        """A blank episode for resuming ``base`` at ``pivot``, after checking that it can be (env untouched)."""
+        if config.history is not None:
+            raise ValueError("resume() needs full-history rollouts (history=None): windowed contexts share no prefix")
+        if not 0 <= pivot < base.num_turns:
+            raise ValueError(f"pivot must be a turn index in [0, {base.num_turns}), got {pivot}")
+        if base.turns[pivot].checkpoint is None:
+            raise ValueError("the base trajectory has no per-turn checkpoints: roll it out with keep_checkpoints=True")
+        return cls._blank(collector, slot, policy, config)
+
+    def _rebuild(self, base: Trajectory, pivot: int, guidance: str | None, kind: str) -> None:
+        """The token half of resuming: the base's prefix, token-identical, and the guided context (calling thread)."""
+        policy, at = self.policy, base.turns[pivot]
+        self.observation = at.observation
+        previous = base.turns[pivot - 1].info if pivot else {"won": False, "score": 0.0}
+        self.info = {**previous, "task_id": base.task_id, "task": base.task, "admissible_actions": at.admissible}
+        self.trajectory = self._new_trajectory(base.metadata.get("seed"))
+        self.trajectory.kind, self.trajectory.pivot, self.trajectory.base_id = kind, pivot, base.id
+        self.trajectory.metadata["guidance"] = guidance
+        self.trajectory.turns = [copy.deepcopy(t) for t in base.turns[:pivot]]
+        self._shown = [t.prompt_text for t in base.turns[: pivot + 1]]
+        prefix = base.turns[:pivot]
+        self._sequence = replay(policy, self.system, self._shown, prefix)
+        if self._sequence.token_ids != base.token_ids[: at.span[0]]:
+            raise ValueError("rebuilding the base prefix did not reproduce its tokens: was it made by another policy?")
+        self._context = (
+            replay(policy, self.system, self._shown, prefix, guidance=guidance, guided_at=pivot) if guidance else None
+        )
+        self._checkpoint = at.checkpoint if self.config.keep_checkpoints else None
+        self._origin = ("resume", base.id, pivot, kind, guidance or "")
+
+    def _opening(self, first_user: str) -> list[dict[str, str]]:
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": first_user}]
+
+    @property
+    def admissible(self) -> list[str] | None:
+        return self.info.get("admissible_actions")
+
+    @property
+    def constrained(self) -> bool:
+        """This turn is a choice among admissible actions: constrained mode, the env lists some, and none is a
+        template with a slot to fill (WebShop's ``search[<query>]``), which only free text can fill."""
+        admissible = self.admissible
+        if not (self.config.constrained and admissible):
+            return False
+        return not any(_SLOT.search(a) for a in admissible)
+
+    @property
+    def slot(self) -> tuple[str, str] | None:
+        """In constrained mode, a turn whose one admissible action is a template with one slot (WebShop's search
+        page: ``search[<query>]``): the action text before and after the slot. The policy fills only the slot, so
+        a model too small to write the answer format still makes a well-formed action."""
+        admissible = self.admissible
+        if not (self.config.constrained and admissible and len(admissible) == 1):
+            return None
+        slots = list(_SLOT.finditer(admissible[0]))
+        if len(slots) != 1:
+            return None
+        return admissible[0][: slots[0].start()], admissible[0][slots[0].end() :]
+
+    # ------------------------------------------------------------------ prompts
+    def prompt(self) -> list[int]:
+        """Token ids of the context for the next turn."""
+        if self._context is not None:
+            return list(self._context.token_ids)
+        if self.config.history is None:
+            return list(self._sequence.token_ids)
+        return list(self._windowed(len(self.trajectory.turns)).token_ids)
+
+    def _windowed(self, turn: int, *, answered: bool = False) -> ChatSequence:
+        """The context of turn ``turn`` with a windowed history: the last ``history`` turns before it, from their
+        generated ids (never re-tokenised), and its user message; ``answered`` appends its own reply."""
+        start = max(0, turn - self.config.history)
+        first = (
+            self._shown[start] if start == 0 else self.template.resume(self.trajectory.task, self._shown[start], start)
+        )
+        users = [first, *self._shown[start + 1 : turn + 1]]
+        return replay(self.policy, self.system, users, self.trajectory.turns[start : turn + int(answered)])
+
+    def fits(self, prompt: Sequence[int], new_tokens: int) -> bool:
+        """Context-length guard: does a reply of ``new_tokens`` still fit after ``prompt``?"""
+        if len(prompt) + new_tokens <= self.policy.max_context:
+            return True
+        self._finish("context_length")
+        logger.info(
+            "%s task %s: stopped at turn %d, the context (%d tokens + %d new) exceeds max_context %d",
+            self.trajectory.env_id,
+            self.trajectory.task_id,
+            len(self.trajectory.turns),
+            len(prompt),
+            new_tokens,
+            self.policy.max_context,
+        )
+        return False
+
+    # ------------------------------------------------------------------ playing a turn
+    def apply(self, generation: Generation, prompt: Sequence[int] | None = None) -> Turn:
+        """Play a free-text generation: parse it, step the env (or explain the parse failure), record it."""
+        return self._complete(self._begin_free(generation, prompt))
+
+    def apply_choice(self, action: str, token_ids: Sequence[int], logprobs: Sequence[float], prompt=None) -> Turn:
+        """Play an admissible action chosen by constrained mode, with the token ids that express it."""
+        return self._complete(self._begin_choice(action, token_ids, logprobs, prompt))
+
+    # A turn is played in three parts so that :func:`play` can run the env part of a whole round concurrently:
+    # ``_begin_*`` (calling thread: the record and the generated tokens), ``_act`` (the env call, submitted to the
+    # collector), ``_record`` + ``_end`` (calling thread: the outcome, then the next user turn's tokens or the end).
+    def _complete(self, turn: Turn) -> Turn:
+        act = self._act(turn)
+        self._record(turn, None if act is None else self.collector.gather([act])[0])._end()
+        return turn
+
+    def _begin_free(self, generation: Generation, prompt: Sequence[int] | None) -> Turn:
+        parsed = parse_reply(generation.text, self.template.answer)
+        return self._begin(generation, parsed.action, parsed.error, prompt, constrained=False)
+
+    def _begin_choice(self, action: str, token_ids: Sequence[int], logprobs: Sequence[float], prompt) -> Turn:
+        generation = Generation(self.policy.decode(token_ids), list(token_ids), list(logprobs), "stop")
+        return self._begin(generation, action, None, prompt, constrained=True)
+
+    def _begin(self, gen: Generation, action: str | None, error: str | None, prompt, *, constrained: bool) -> Turn:
+        if self.done:
+            raise RuntimeError("this episode has ended; start a new AgentEpisode")
+        turn = Turn(
+            observation=self.observation,
+            response=gen.text,
+            action=action,
+            prompt_text=self._shown[-1],
+            admissible=_jsonable(self.admissible),
+            token_ids=list(gen.token_ids),
+            logprobs=list(gen.logprobs),
+            finish_reason=gen.finish_reason,
+            parse_error=error,
+            constrained=constrained,
+            checkpoint=self._checkpoint,
+            logprob_context="sequence" if self._context is None else "guided",
+        )
+        if self.config.history is None:
+            turn.span = self._sequence.add_generation(gen.text, gen.token_ids, gen.logprobs)
+            if self._context is not None:
+                self._context.add_generation(gen.text, gen.token_ids, gen.logprobs)
+        else:
+            turn.prompt_ids = list(prompt) if prompt is not None else self.prompt()
+        return turn
+
+    def _act(self, turn: Turn) -> Future[StepResult] | None:
+        """Submit the env step of the turn's action (``None``: no usable action, the env is not stepped); the
+        collector checkpoints after it when checkpoints are kept and the episode can go on."""
+        if turn.action is None:
+            return None
+        keep = self.config.keep_checkpoints and len(self.trajectory.turns) + 1 < self.max_turns
+        return self.collector.step(self.env_slot, turn.action, checkpoint=keep)
+
+    def _record(self, turn: Turn, result: StepResult | None) -> AgentEpisode:
+        """Record the step's outcome (or the parse failure's feedback) and decide whether the episode ends."""
+        if result is None:
+            # The env is not stepped: its state stays exactly as it was (so does its checkpoint) and the agent is
+            # told what was wrong.
+            turn.outcome = self.template.feedback(turn.parse_error or "no action")
+            turn.info = _jsonable(self.info)
+            shown = self.template.next_user(self.observation, self.admissible, feedback=turn.outcome)
+        else:
+            turn.outcome, turn.reward = result.observation, result.reward
+            turn.terminated, turn.truncated = result.terminated, result.truncated
+            turn.info = _jsonable(result.info)
+            self.observation, self.info = result.observation, result.info
+            shown = self.template.next_user(result.observation, result.info.get("admissible_actions"))
+            self._checkpoint = result.checkpoint if self.config.keep_checkpoints else None
+        self.trajectory.turns.append(turn)
+        self._shown.append(shown)
+        if turn.terminated:
+            self._ending = "terminated"
+        elif turn.truncated:
+            self._ending = "truncated"
+        elif len(self.trajectory.turns) >= self.max_turns:
+            self._ending = "max_turns"
+        else:
+            self._ending = None
+        return self
+
+    def _end(self) -> None:
+        if self._ending is not None:
+            self._finish(self._ending)
+        elif self.config.history is None:
+            self._sequence.add_user(self._shown[-1])
+            if self._context is not None:
+                self._context.add_user(self._shown[-1])
+
+    def _finish(self, reason: str) -> None:
+        """Store the training sequence and the verdict. The sequence ends with the last reply: a user turn after
+        it (added for a next turn that did not fit the context) is not stored, so it never exceeds max_context."""
+        traj = self.trajectory
+        own = 0  # where the replies generated from this very context start
+        if not traj.turns:  # stopped before a first reply: nothing was generated, nothing to train
+            seq, end = ChatSequence(self.policy, self._opening(self._shown[0])), 0
+        elif self.config.history is None:
+            seq, end = self._sequence, traj.turns[-1].span[1]
+        else:  # the last turn's own context and reply; the earlier replies in it were generated from others
+            seq = self._windowed(len(traj.turns) - 1, answered=True)
+            end, own = len(seq), seq.spans[-1][0]
+        traj.messages = seq.messages[:-1] if traj.turns and seq.messages[-1]["role"] == "user" else seq.messages
+        traj.token_ids = seq.token_ids[:end]
+        traj.agent_mask = [0] * own + seq.agent_mask[own:end]
+        traj.loss_mask = list(traj.agent_mask)
+        traj.behavior_logprobs = [0.0] * own + seq.logprobs[own:end]
+        traj.reward = float(sum(t.reward for t in traj.turns))
+        traj.won = bool(self.info.get("won", False))
+        traj.score = float(self.info.get("score", 0.0))
+        traj.stop_reason = reason
+        self.done = True
+
+
+def _slots(
+    envs: Sequence[gym.Env] | Collector, n: int, config: RolloutConfig, slots: Sequence[int] | None = None
+) -> tuple[Collector, list[int]]:
+    """The collector and slots of ``n`` episodes: a collector's ``slots`` (default ``0..n-1``), or env instances as
+    the slots of a :class:`LocalCollector` with ``config.env_workers`` threads."""
+    if isinstance(envs, Collector):
+        slots = list(range(n)) if slots is None else list(slots)
+        if len(slots) != n or len(set(slots)) != n:
+            raise ValueError(f"{n} episodes need {n} distinct slots, got {slots}")
+        return envs, slots
+    if slots is not None:
+        raise ValueError("slots apply to a Collector; env instances are their own slots")
+    envs = list(envs)
+    if len(envs) != n:
+        raise ValueError(f"{len(envs)} envs for {n} episodes")
+    return LocalCollector(envs, workers=max(1, min(config.env_workers, len(envs)))), list(range(n))
