@@ -1,11 +1,14 @@
 """``r3l/ALFWorld-v0``: ALFWorld's text households on the real engine (TextWorld PDDL env + fast-downward).
 
 Games are the official ones when ``data_path=`` or ``$ALFWORLD_DATA`` points at them, else games from the
-offline generator (``info["source"] == "generated"``). Checkpoints are native inside an episode (the
-planner's state id, the PDDL env's facts and what the engine derived for that state, so a restore takes a few
-milliseconds and re-derives nothing); a checkpoint from another episode, env instance or process is restored
-by verified replay. Not thread-safe: use one env per thread (or per process). The engine's repeated work is
-memoised in memory (:mod:`r3l_envs.alfworld.speedups`) with bit-identical transcripts.
+offline generator (``info["source"] == "generated"``). Checkpoints are native everywhere: they hold the
+planner's state id, the PDDL env's facts and what the engine derived for that state, so a restore re-derives
+nothing. In the episode that took the checkpoint the state id is enough (about a millisecond); any other
+episode, env instance or process of the same id and kwargs first loads the game if needed, then restarts the
+planner at the checkpoint's facts (:func:`r3l_envs.alfworld.planner.rebase`, a few milliseconds, whatever the
+step) and remembers that state, so restoring the same checkpoint again is as fast as in its own episode. Not
+thread-safe: use one env per thread (or per process). The engine's repeated work is memoised in memory
+(:mod:`r3l_envs.alfworld.speedups`) with bit-identical transcripts.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from r3l_envs.alfworld import engine, snapshot
+from r3l_envs.alfworld import engine, planner, snapshot
 from r3l_envs.alfworld.games import generated_game, generated_ids, official_games, official_root
 from r3l_envs.codec import register_type
 from r3l_envs.core import TextEnv
@@ -32,7 +35,7 @@ _serial = itertools.count()
 @register_type
 @dataclass
 class _Snapshot:
-    """Native state of an ALFWorld episode; valid only in the episode (``token``) that took it."""
+    """Native state of an ALFWorld episode; ``token`` names the planner registry its state id belongs to."""
 
     token: tuple[str, int]
     engine: dict[str, Any]  # see r3l_envs.alfworld.snapshot
@@ -75,8 +78,10 @@ class ALFWorldEnv(TextEnv):
         self._generated = generated_ids(split) if self._official is None else None
         self._engine: Any = None
         self._path: Any = None
-        self._instance = uuid.uuid4().hex  # checkpoints from other instances restore by replay
-        self._token: tuple[str, int] = (self._instance, -1)
+        self._instance = uuid.uuid4().hex
+        self._token: tuple[str, int] = (self._instance, -1)  # this engine's planner registry (one per episode)
+        # Foreign (token, state id) -> the id of that state in this registry, for checkpoints restored here.
+        self._adopted: dict[tuple[tuple[str, int], int], int] = {}
         self._won = False
 
     @property
@@ -85,13 +90,9 @@ class ALFWorldEnv(TextEnv):
 
     # ------------------------------------------------------------------ TextEnv hooks
     def _start(self, task_id: str) -> tuple[str, str, dict[str, Any]]:
-        path = self._game_path(task_id)
-        if path != self._path or self._engine is None:
-            if self._engine is not None:
-                self._engine.close()
-            self._engine, self._path = engine.start(path), path
+        self._load_game(self._game_path(task_id))
         state = self._engine.reset()
-        self._token = (self._instance, next(_serial))
+        self._new_registry()
         self._won = False
         match = _GOAL.search(state.feedback)
         return state.feedback, match.group(1) if match else "", self._info(state)
@@ -106,14 +107,44 @@ class ALFWorldEnv(TextEnv):
         return _Snapshot(token=self._token, engine=snapshot.save(engine.core(self._engine)), won=self._won)
 
     def _load_state(self, snap: _Snapshot) -> None:
-        snapshot.load(engine.core(self._engine), snap.engine)
+        state_id = self._local_state_id(snap)
+        if state_id is None:
+            raise ValueError("ALFWorld snapshot of another planner registry: restore it through r3l_envs.restore")
+        snapshot.load(engine.core(self._engine), {**snap.engine, "state_id": state_id})
         self._won = snap.won
 
     def _restore_state(self, state: dict[str, Any], *, via: Any, rollback: bool = True) -> None:
-        # Planner state ids die at the next reset: only a checkpoint of the running episode restores natively.
-        if via == "native" and (state["native"] is None or state["native"].token != self._token):
-            via = "replay"
+        snap = state["native"]
+        if via == "native" and isinstance(snap, _Snapshot) and self._local_state_id(snap) is None:
+            self._adopt(state["episode"].task_id, snap)
         super()._restore_state(state, via=via, rollback=rollback)
+
+    def _local_state_id(self, snap: _Snapshot) -> int | None:
+        """The id that ``snap``'s planner state has in this engine's registry, if it has one."""
+        if snap.token == self._token:
+            return snap.engine["state_id"]
+        return self._adopted.get((snap.token, snap.engine["state_id"]))
+
+    def _adopt(self, task_id: str, snap: _Snapshot) -> None:
+        """Load ``task_id``'s game if needed and restart the planner at ``snap``'s state (a new registry)."""
+        self._load_game(self._game_path(task_id))
+        state_id = planner.rebase(engine.core(self._engine), snap.engine)
+        self._new_registry()
+        self._adopted[(snap.token, snap.engine["state_id"])] = state_id
+
+    def _load_game(self, path: Any) -> None:
+        """Have the engine hold the game at ``path`` (a new engine for another game)."""
+        if path == self._path and self._engine is not None:
+            return
+        if self._engine is not None:
+            self._engine.close()
+        self._engine, self._path = None, None  # a failed start leaves no engine of another game behind
+        self._engine, self._path = engine.start(path), path
+
+    def _new_registry(self) -> None:
+        """The planner's registry was replaced: earlier state ids of this engine are void."""
+        self._token = (self._instance, next(_serial))
+        self._adopted.clear()
 
     # ------------------------------------------------------------------ privileged information
     def expert_actions(self, task_id: str) -> list[str]:

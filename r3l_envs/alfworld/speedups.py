@@ -25,6 +25,10 @@ compared in the tests and the benchmark (``R3L_ALFWORLD_SPEEDUPS=0`` or :func:`d
    last few are kept. The translator also overwrites ``sys.argv``; the wrapper puts it back.
 5. Fact lists. ``_gather_infos`` lists every fact of the state once per admissible command; the list (in
    the same order) is kept until the next ``add_fact``/``remove_fact`` (or :func:`facts_changed`).
+6. Game logic. Every engine that loads a game parses the game's grammar and action templates with tatsu
+   (about half a second; generated games all share one grammar), so a new env instance paid it on its first
+   reset or restore. The parse is a pure function of its text: the last few are kept, and each load gets a
+   deep copy (the engine keeps what it gets in its own GameLogic).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ _active = os.environ.get("R3L_ALFWORLD_SPEEDUPS", "1") != "0"
 
 _DERIVATIONS_PER_KEY = 16  # variants kept per (start symbol, mapping): states differ in what a text reads
 _SAS_CACHE_SIZE = 12  # translations kept (two per game): ~1.5 MB each for a kitchen
+_LOGIC_CACHE_SIZE = 4  # game logic parses kept: generated games share one grammar, official ones a few
 _EMPTY: frozenset = frozenset()
 
 
@@ -74,6 +79,7 @@ def install() -> None:
         if _installed:
             return
         _install_parser_lock()
+        _install_logic_cache()
         _install_parse_caches()
         _install_derivation_cache()
         _install_sas_cache()
@@ -101,6 +107,33 @@ def _one_at_a_time(parse: Any) -> Any:
             return parse(*args, **kwargs)
 
     return locked
+
+
+# ---------------------------------------------------------------------- 6: game logic
+def _install_logic_cache() -> None:
+    import textworld.envs.pddl.logic as pddl_logic
+
+    parse = pddl_logic._parse_and_convert  # already one at a time (0)
+    parsed: OrderedDict[Any, Any] = OrderedDict()
+    guard = threading.Lock()
+
+    def cached_parse_and_convert(*args: Any, **kwargs: Any) -> Any:
+        if not _active:
+            return parse(*args, **kwargs)
+        key = (args, tuple(sorted(kwargs.items())))
+        with guard:
+            found = parsed.get(key)
+            if found is not None:
+                parsed.move_to_end(key)
+        if found is None:
+            found = parse(*args, **kwargs)
+            with guard:
+                parsed[key] = found
+                while len(parsed) > _LOGIC_CACHE_SIZE:
+                    parsed.popitem(last=False)
+        return copy.deepcopy(found)
+
+    pddl_logic._parse_and_convert = cached_parse_and_convert
 
 
 # ---------------------------------------------------------------------- 1 and 2: parsing, contexts
