@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 #: config fields that may change between a run and its resumption (everything else must match)
 RESUMABLE_CHANGES = frozenset(
     {"steps", "eval_every", "eval_episodes", "eval_before", "progress", "checkpoint_every", "save_final"}
+    | {"ray", "ray_workers", "ray_cpus", "ray_memory_mb"}  # where envs run never changes what they return
 )
 
 
@@ -109,6 +110,13 @@ class TrainConfig:
     rollout_backend: str = _f(
         "hf", "hf: rollouts share the trained model; vllm: a vLLM engine gets each update", choices=BACKENDS
     )
+    ray: str | None = _f(
+        None,
+        'collect on Ray actors: "local" starts Ray here, "auto" or HOST:PORT joins a cluster (pip install -e ".[ray]")',
+    )
+    ray_workers: int = _f(2, "env worker actors with --ray (slot i lives on actor i mod workers)")
+    ray_cpus: float = _f(1.0, "CPUs each --ray env worker declares, so Ray places workers where they fit")
+    ray_memory_mb: int | None = _f(None, "memory each --ray env worker declares (a ScienceWorld JVM needs ~1000)")
     dtype: Literal["float32", "bfloat16", "auto"] = _f(
         "float32", "weights (fp32 master weights train best; compute precision is --autocast); auto: bf16 where native"
     )
@@ -173,6 +181,8 @@ class TrainConfig:
             problems.append(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         if self.kl_estimator not in KL_ESTIMATORS:
             problems.append(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
+        if self.ray is not None and (self.ray_workers < 1 or not self.ray_cpus > 0):
+            problems.append(f"ray_workers must be >= 1 and ray_cpus > 0, got {self.ray_workers}, {self.ray_cpus}")
         if self.max_bad_steps < 1:
             problems.append(f"max_bad_steps must be >= 1, got {self.max_bad_steps}")
         self.hyper = parse_kwargs(self.hyper)  # the CLI hands over NAME=VALUE pairs

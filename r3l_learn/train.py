@@ -219,8 +219,20 @@ def _open(run: _Run, collector: Collector | None) -> None:
 
 
 def _make_collector(config: TrainConfig) -> Collector:
-    """The default collection backend: the train split's envs in this process, their calls in a thread pool."""
+    """The collection backend: the train split's envs in this process, their calls in a thread pool; with
+    ``config.ray``, in Ray actors (wrappers/ray_collector.py)."""
     env_kwargs = {"split": config.train_split, **config.env_kwargs}
+    if config.ray is not None:
+        from wrappers.ray_collector import make_ray_collector
+
+        return make_ray_collector(
+            config.env,
+            env_kwargs,
+            address=config.ray,
+            workers=config.ray_workers,
+            num_cpus=config.ray_cpus,
+            memory_mb=config.ray_memory_mb,
+        )
     return LocalCollector(config.env, env_kwargs=env_kwargs, workers=DEFAULT_ENV_WORKERS)
 
 

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from r3l_envs.checkpoint import Checkpoint
 from wrappers.collector import EnvProfile, ResetResult, StepResult
 
-__all__ = ["RayCollector", "WorkerLostError", "connect", "require_ray"]
+__all__ = ["RayCollector", "WorkerLostError", "connect", "make_ray_collector", "require_ray"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -495,3 +495,26 @@ def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
     """The errors that mean the worker (or its node) is gone, not that the env raised."""
     e = ray.exceptions
     return (e.RayActorError, e.WorkerCrashedError, e.NodeDiedError, e.ObjectLostError, e.OwnerDiedError)
+
+
+def make_ray_collector(
+    env: str,
+    env_kwargs: dict[str, Any] | None = None,
+    *,
+    address: str = "local",
+    workers: int = 2,
+    num_cpus: float = 1.0,
+    memory_mb: int | None = None,
+) -> RayCollector:
+    """Start or join Ray (:func:`connect`) and make a :class:`RayCollector` on it; closing the collector shuts down
+    a Ray instance this call started (``r3l train --ray ...`` uses this)."""
+    started = connect(address)
+    try:
+        memory = None if memory_mb is None else memory_mb * 2**20
+        return RayCollector(
+            env, env_kwargs=env_kwargs, workers=workers, num_cpus=num_cpus, memory=memory, shutdown_ray=started
+        )
+    except BaseException:
+        if started:
+            require_ray().shutdown()
+        raise
