@@ -45,9 +45,9 @@ def overhead(policy: HFPolicy, env_id: str, batch: int, new_tokens: int, repeats
     stop = tuple(dict.fromkeys(ep.template.answer.stop for ep in episodes))
     from dataclasses import replace
 
-    from wrappers.rollout import _round_seed
+    from wrappers.rollout import round_seed
 
-    params = replace(config.sampling, seed=_round_seed(0, 0), stop=stop)
+    params = replace(config.sampling, seed=round_seed(0, 0), stop=stop)
     gen_config = policy.generation_config(params)
     input_ids, attention_mask = policy.pad_left(prompts)
 

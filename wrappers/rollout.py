@@ -33,6 +33,7 @@ __all__ = [
     "play",
     "rollout",
     "rollout_batch",
+    "round_seed",
 ]
 
 logger = logging.getLogger(__name__)
@@ -80,7 +81,9 @@ class _Round:
         wait(self._steps)
 
 
-def _round_seed(seed: int | None, round_index: int) -> int | None:
+def round_seed(seed: int | None, round_index: int) -> int | None:
+    """The sampling seed of generation round ``round_index`` of a batch seeded ``seed`` (``None``: unseeded); a
+    benchmark that generates outside the rollout uses it to sample the same tokens."""
     if seed is None:
         return None
     return int(np.random.SeedSequence([seed, round_index]).generate_state(1)[0])
@@ -169,7 +172,7 @@ def play(
         running = [e for e in episodes if not e.done]
         if not running:
             break
-        rseed = _round_seed(seed, round_index)
+        rseed = round_seed(seed, round_index)
         free, chosen, slotted = _sort(running, policy, config, eot)
         steps = _Round(collector)
         try:
