@@ -229,7 +229,7 @@ CTRL_C_DRIVER = textwrap.dedent(
     remote = RayCollector("r3l/Countdown-v0", workers=2, num_cpus=0.25)
     remote.gather([remote.reset(s, seed=s, task_id=None, checkpoint=False) for s in range(2)])
     import ray
-    print(" ".join(str(p) for p in remote.pids()), ray.get_runtime_context().gcs_address, flush=True)
+    print(" ".join(str(p) for p in remote.pids()), ray.get_runtime_context().get_node_id(), flush=True)
     while True:
         time.sleep(0.1)
     """
@@ -258,5 +258,6 @@ def test_ctrl_c_leaves_no_worker_or_ray_process(tmp_path):
         if driver.poll() is None:
             driver.kill()
     assert all(gone(pid) for pid in pids)
-    raylets = subprocess.run(["pgrep", "-f", f"gcs_address={line[-1]}"], capture_output=True, text=True)
-    assert raylets.stdout.split() == [], "Ray processes of the interrupted driver are still running"
+    # every daemon of that Ray instance (gcs_server, raylet, agents) names its node id on its command line
+    left = subprocess.run(["pgrep", "-f", line[-1]], capture_output=True, text=True)
+    assert left.stdout.split() == [], "Ray processes of the interrupted driver are still running"
