@@ -2,7 +2,10 @@
 
 Score, ``won`` and admissible actions come from TextWorld's own tracking (its ``StateTracking`` wrapper over
 the Inform 7 events of each turn). Checkpoints are native: jericho's machine state plus a copy of TextWorld's
-progress tracker, about a millisecond either way, restorable in a fresh env or another process.
+progress tracker, about a millisecond either way, restorable in a fresh env or another process. A fresh env's
+first restore starts an engine for the game (tens of milliseconds); the games' logic (TextWorld's ``Game``) is
+loaded once per process and shared by the envs that play it. The first game of a process also pays for
+importing TextWorld, which parses its knowledge base (seconds).
 
 Native code and threads: every call into the engine (jericho's Z-machine interpreter behind ctypes, which
 releases the GIL) holds one process-wide lock, :data:`ENGINE_LOCK`, and so does every teardown of an engine
@@ -19,6 +22,7 @@ import re
 import threading
 import warnings
 import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -315,9 +319,12 @@ def _close_engines(box: list[Any]) -> None:
 
 
 def _start_engine(path: Path) -> tuple[Any, Any]:
+    """What ``textworld.start`` builds (jericho under TextWorld's Inform 7 wrappers), with the game's logic from
+    the per-process cache: every wrapper takes the Game it finds on the layer below instead of loading its own."""
     import jericho
-    import textworld
     from textworld import EnvInfos
+    from textworld.envs.wrappers.tw_inform7 import TWInform7
+    from textworld.envs.zmachine.jericho import JerichoEnv
 
     if not path.is_file() or not path.with_suffix(".json").is_file():
         raise MalformedDataError(
@@ -325,16 +332,42 @@ def _start_engine(path: Path) -> tuple[Any, Any]:
         )
     infos = EnvInfos(score=True, max_score=True, won=True, lost=True, admissible_commands=True, moves=True)
     try:
-        with warnings.catch_warnings():  # jericho warns that TextWorld games lack its own score detection
+        # jericho warns that TextWorld games lack its own score detection. The filter is process-wide state: set
+        # under the lock, so that two threads loading games do not restore each other's filters mid-load.
+        with ENGINE_LOCK, warnings.catch_warnings():
             warnings.simplefilter("ignore", jericho.UnsupportedGameWarning)
-            with ENGINE_LOCK:
-                env = textworld.start(str(path), request_infos=infos)
-                env.seed(0)  # jericho's RNG is part of its saved state; a fixed seed makes episodes reproducible
-        return env, env._wrapped_env._game  # the Game that TextWorld's StateTracking layer loaded
+            machine = JerichoEnv(infos)
+            machine._game = _loaded_game(path.with_suffix(".json"))
+            env = TWInform7(machine)
+            env.load(str(path))
+            env.seed(0)  # jericho's RNG is part of its saved state; a fixed seed makes episodes reproducible
+        return env, env._wrapped_env._game  # the Game that TextWorld's StateTracking layer holds
     except Exception as exc:  # any failure to load means the cached files are damaged
         raise MalformedDataError(
             f"TextWorld game {path} cannot be loaded ({type(exc).__name__}: {exc}); delete {path.parent} to rebuild it"
         ) from exc
+
+
+#: Games kept loaded per process (TextWorld's Game: the world, quests and logic read from a game's .json, ~20 ms
+#: to load, and only read by the engines that play it: TextWorld's own env copies share it the same way).
+_GAMES_KEPT = 32
+_games: OrderedDict[tuple[str, int, int], Any] = OrderedDict()
+
+
+def _loaded_game(json_path: Path) -> Any:
+    """TextWorld's ``Game`` of ``json_path``, from the per-process cache (call under :data:`ENGINE_LOCK`)."""
+    from textworld.generator.game import Game
+
+    stat = json_path.stat()
+    key = (str(json_path.resolve()), stat.st_mtime_ns, stat.st_size)  # a rebuilt game is another key
+    game = _games.get(key)
+    if game is None:
+        game = _games[key] = Game.load(str(json_path))
+        while len(_games) > _GAMES_KEPT:
+            _games.popitem(last=False)
+    else:
+        _games.move_to_end(key)
+    return game
 
 
 def _clean(feedback: str) -> str:

@@ -104,6 +104,17 @@ def test_alfworld_restores_natively_across_episodes_and_tasks(monkeypatch):
     b.close()
 
 
+def test_textworld_instances_share_the_loaded_game():
+    """The per-process game cache: a second instance's engine takes the Game the first one loaded."""
+    a, b = _make("textworld"), _make("textworld")
+    task_id = a.unwrapped.task_ids[0]
+    a.reset(options={"task_id": task_id})
+    b.reset(options={"task_id": task_id})
+    assert a.unwrapped._game is b.unwrapped._game
+    a.close()
+    b.close()
+
+
 _SAS = """begin_version
 3
 end_version
