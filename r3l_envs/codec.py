@@ -82,9 +82,10 @@ def _tree(value: Any, blobs: list[bytes], size: list[int], depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise UnencodableStateError(f"checkpoint state nests deeper than {MAX_DEPTH} levels")
     depth += 1
-    if kind is tuple or kind is list:
-        out = [v if type(v) in _SCALARS else _tree(v, blobs, size, depth) for v in value]
-        out.insert(0, "t" if kind is tuple else "l")
+    if kind is tuple or kind is list:  # the most frequent container: a loop, not a comprehension's frame
+        out = ["t" if kind is tuple else "l"]
+        for v in value:
+            out.append(v if type(v) in _SCALARS else _tree(v, blobs, size, depth))
         return out
     if kind is dict:
         if all(type(k) is str for k in value):

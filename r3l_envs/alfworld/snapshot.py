@@ -2,9 +2,11 @@
 
 A snapshot holds the planner's state id, the PDDL facts and their variable index, the move counter and the
 engine's GameState: what it derived for the state (the commands it accepts and the actions they map to), so
-loading re-derives nothing from the grammar. Logic objects travel as plain tuples of strings: they pickle
-and unpickle several times faster than the objects, and carry no per-process hash. Unpacking goes through
-TextWorld's own constructors, which intern them, so a load gives back the very objects the engine uses.
+loading re-derives nothing from the grammar. Logic objects travel as single strings (kind, name and types
+joined by the ASCII unit separator), keyed by name in dicts: a checkpoint encodes each container in Python
+(:mod:`r3l_envs.codec`), and strings pass through its JSON as they are, so a state of some thousand facts
+and variables costs a few dozen containers rather than a thousand tuples. Unpacking goes through TextWorld's
+own constructors, which intern them, so a load gives back the very objects the engine uses.
 
 A state id is only meaningful to the engine (and episode) that produced it: see ``ALFWorldEnv``.
 """
@@ -17,12 +19,13 @@ __all__ = ["load", "save"]
 
 # GameState keys that are views of the engine's own data: rebuilt on load rather than saved.
 _VIEWS = frozenset({"_entity_infos", "_facts", "_last_action", "facts", "_valid_actions"})
-# What all_applicable_actions sets on the actions it builds; anything else is pickled as an object.
+# What all_applicable_actions sets on the actions it builds; other actions stay objects (which a checkpoint
+# refuses to carry: UnencodableStateError).
 _ACTION_FIELDS = frozenset(
     {"name", "mapping", "feedback_rule", "command_template", "reverse_name", "reverse_command_template",
      "preconditions", "postconditions", "_pre_set", "_post_set", "id"}
 )  # fmt: skip
-_INTERNED: dict[tuple, Any] = {}  # packed form -> interned logic object (bounded: cleared when large)
+_INTERNED: dict[str, Any] = {}  # packed form -> interned logic object (bounded: cleared when large)
 _MAX_INTERNED = 200_000
 
 
@@ -31,9 +34,9 @@ def save(pddl: Any) -> dict[str, Any]:
     state = pddl._pddl_state
     return {
         "state_id": pddl.downward_lib.get_state_id(),
-        "facts": [(_pack_signature(sig), [_pack_proposition(p) for p in props]) for sig, props in state._facts.items()],
-        "vars_by_name": [(name, _pack_variable(var)) for name, var in state._vars_by_name.items()],
-        "vars_by_type": [(name, [_pack_variable(v) for v in found]) for name, found in state._vars_by_type.items()],
+        "facts": {_pack_signature(sig): [_pack_proposition(p) for p in props] for sig, props in state._facts.items()},
+        "vars_by_name": {name: _pack_variable(var) for name, var in state._vars_by_name.items()},
+        "vars_by_type": {name: [_pack_variable(v) for v in found] for name, found in state._vars_by_type.items()},
         "var_counts": dict(state._var_counts),
         "moves": pddl._moves,
         "last_action": _pack_action(pddl._last_action),
@@ -52,11 +55,11 @@ def load(pddl: Any, saved: dict[str, Any]) -> None:
     pddl.downward_lib.set_state_id(saved["state_id"])
     state = pddl._pddl_state
     state._facts.clear()
-    for sig, props in saved["facts"]:
+    for sig, props in saved["facts"].items():
         state._facts[_unpack_signature(sig)] = {_unpack_proposition(p) for p in props}
-    state._vars_by_name = {name: _unpack_variable(var) for name, var in saved["vars_by_name"]}
+    state._vars_by_name = {name: _unpack_variable(var) for name, var in saved["vars_by_name"].items()}
     state._vars_by_type.clear()
-    for name, found in saved["vars_by_type"]:
+    for name, found in saved["vars_by_type"].items():
         state._vars_by_type[name] = {_unpack_variable(v) for v in found}
     state._var_counts.clear()
     state._var_counts.update(saved["var_counts"])
@@ -80,8 +83,18 @@ def load(pddl: Any, saved: dict[str, Any]) -> None:
     state._operators = {op.id: op for op in operators}
 
 
-# ---------------------------------------------------------------------- logic objects <-> tuples
-def _intern(packed: tuple, build: Any) -> Any:
+# ---------------------------------------------------------------------- logic objects <-> strings
+_SEP = "\x1f"  # the ASCII unit separator: in no PDDL name or type (checked when packing)
+
+
+def _pack(kind: str, *parts: str) -> str:
+    packed = _SEP.join((kind, *parts))
+    if packed.count(_SEP) != len(parts):
+        raise ValueError(f"a PDDL name or type contains the separator \\x1f: {parts!r:.200}")
+    return packed
+
+
+def _intern(packed: str, build: Any) -> Any:
     found = _INTERNED.get(packed)
     if found is None:
         if len(_INTERNED) >= _MAX_INTERNED:
@@ -90,44 +103,52 @@ def _intern(packed: tuple, build: Any) -> Any:
     return found
 
 
-def _pack_variable(var: Any) -> tuple:
-    return ("v", var.name, var.type)
+def _pack_variable(var: Any) -> str:
+    return _pack("v", var.name, var.type)
 
 
-def _unpack_variable(packed: tuple) -> Any:
+def _unpack_variable(packed: str) -> Any:
     from textworld.logic import Variable
 
-    return _intern(packed, lambda: Variable(packed[1], packed[2]))
+    return _intern(packed, lambda: Variable(*packed.split(_SEP)[1:]))
 
 
-def _pack_placeholder(ph: Any) -> tuple:
-    return ("p", ph.name, ph.type)
+def _pack_placeholder(ph: Any) -> str:
+    return _pack("p", ph.name, ph.type)
 
 
-def _unpack_placeholder(packed: tuple) -> Any:
+def _unpack_placeholder(packed: str) -> Any:
     from textworld.logic import Placeholder
 
-    return _intern(packed, lambda: Placeholder(packed[1], packed[2]))
+    return _intern(packed, lambda: Placeholder(*packed.split(_SEP)[1:]))
 
 
-def _pack_signature(sig: Any) -> tuple:
-    return ("s", sig.name, tuple(sig.types))
+def _pack_signature(sig: Any) -> str:
+    return _pack("s", sig.name, *sig.types)
 
 
-def _unpack_signature(packed: tuple) -> Any:
+def _unpack_signature(packed: str) -> Any:
     from textworld.logic import Signature
 
-    return _intern(packed, lambda: Signature(packed[1], list(packed[2])))
+    def build() -> Any:
+        _, name, *types = packed.split(_SEP)
+        return Signature(name, types)
+
+    return _intern(packed, build)
 
 
-def _pack_proposition(prop: Any) -> tuple:
-    return ("f", prop.name, tuple((var.name, var.type) for var in prop.arguments))
+def _pack_proposition(prop: Any) -> str:
+    return _pack("f", prop.name, *[part for var in prop.arguments for part in (var.name, var.type)])
 
 
-def _unpack_proposition(packed: tuple) -> Any:
+def _unpack_proposition(packed: str) -> Any:
     from textworld.logic import Proposition, Variable
 
-    return _intern(packed, lambda: Proposition(packed[1], [Variable(n, t) for n, t in packed[2]]))
+    def build() -> Any:
+        _, name, *parts = packed.split(_SEP)
+        return Proposition(name, [Variable(n, t) for n, t in zip(parts[::2], parts[1::2])])
+
+    return _intern(packed, build)
 
 
 def _pack_action(action: Any) -> Any:
@@ -136,8 +157,8 @@ def _pack_action(action: Any) -> Any:
         return action
     if action.reverse_name is not None or action.reverse_command_template is not None:
         return action
-    mapping = tuple((_pack_placeholder(ph), _pack_variable(var)) for ph, var in action.mapping.items())
-    return ("a", action.name, action.id, mapping, action.command_template, action.feedback_rule)
+    mapping = [packed for ph, var in action.mapping.items() for packed in (_pack_placeholder(ph), _pack_variable(var))]
+    return ("a", action.name, action.id, tuple(mapping), action.command_template, action.feedback_rule)
 
 
 def _unpack_action(packed: Any) -> Any:
@@ -148,7 +169,7 @@ def _unpack_action(packed: Any) -> Any:
     _, name, op_id, mapping, command_template, feedback_rule = packed
     action = Action(name=name, preconditions=[], postconditions=[])
     action.id = op_id
-    action.mapping = {_unpack_placeholder(ph): _unpack_variable(var) for ph, var in mapping}
+    action.mapping = {_unpack_placeholder(ph): _unpack_variable(var) for ph, var in zip(mapping[::2], mapping[1::2])}
     action.command_template = command_template
     action.feedback_rule = feedback_rule
     return action

@@ -11,11 +11,19 @@ import gymnasium as gym
 import pytest
 from test_all_envs import OFFLINE_KWARGS, _params
 
+import r3l_envs
 from r3l_envs.core import TextSpace
 from r3l_envs.shared_text import SharedTexts
 
 SEEDS = [3, 4]
 FALLBACK_ACTIONS = ["The answer is 42.", "look around"]
+
+
+def _kwargs(env_id):
+    """The offline kwargs; math envs grade in a subprocess with a time limit, which async workers on a loaded
+    machine can exceed (a grading timeout is another observation), so theirs is generous here."""
+    extra = {"grading_timeout": 300.0} if r3l_envs.env_info(env_id).is_math else {}
+    return {**OFFLINE_KWARGS[env_id], **extra}
 
 
 def _act(info, step):
@@ -27,7 +35,7 @@ def _single_env_runs(env_id):
     """What two separate envs show for two steps (stopping at the first end of an episode)."""
     runs = []
     for seed in SEEDS:
-        with gym.make(env_id, **OFFLINE_KWARGS[env_id]) as env:
+        with gym.make(env_id, **_kwargs(env_id)) as env:
             obs, info = env.reset(seed=seed)
             steps, actions = [], []
             for i in range(2):
@@ -51,7 +59,7 @@ def test_async_vector_env_shows_the_text_with_and_without_shared_memory(env_id):
             num_envs=len(SEEDS),
             vectorization_mode="async",
             vector_kwargs={"shared_memory": shared_memory},
-            **OFFLINE_KWARGS[env_id],
+            **_kwargs(env_id),
         )
         try:
             obs, _ = envs.reset(seed=SEEDS)
