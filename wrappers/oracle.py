@@ -35,7 +35,6 @@ import json
 import logging
 import math
 from collections.abc import Sequence
-from functools import partial
 from typing import Literal
 
 import gymnasium as gym
@@ -67,6 +66,8 @@ def expert_plan(env: gym.Env, task_id: str) -> list[str] | None:
 
 def _task_key(req: ReflectionRequest) -> tuple[str, str]:
     """Which plan a request needs: its env's id and kwargs (they decide the tasks), and the task."""
+    if req.env is None:  # consulted through ``call``: one collector, one env id and kwargs
+        return req.trajectory.env_id, req.trajectory.task_id
     spec = req.env.spec
     made = (
         f"{spec.id} {json.dumps(spec.kwargs, sort_keys=True, default=repr)}" if spec else repr(type(req.env.unwrapped))
@@ -123,12 +124,12 @@ class OracleReflector:
         self.workers = workers
 
     def reflect(self, requests: Sequence[ReflectionRequest]) -> list[Reflection]:
-        plans = self._plans([r for r in requests if r.env is not None])
+        plans = self._plans([r for r in requests if r.env is not None or r.call is not None])
         out = []
         for req in requests:
-            if req.env is None:
+            if req.env is None and req.call is None:
                 refl = Reflection(None, None, error="no_plan")
-            elif r3l_envs.env_info(req.env).is_math:
+            elif r3l_envs.env_info(req.env if req.env is not None else req.trajectory.env_id).is_math:
                 refl = self._math(req.trajectory, plans[_task_key(req)])
             else:
                 refl = self._plan(req.trajectory, plans[_task_key(req)])
@@ -168,11 +169,16 @@ class OracleReflector:
     # ------------------------------------------------------------------ expert plans
     def _plans(self, requests: Sequence[ReflectionRequest]) -> dict[tuple[str, str], list[str] | None]:
         """The expert plan of every distinct task among ``requests``, each on one of its requests' idle envs."""
-        first: dict[tuple[str, str], gym.Env] = {}
+        first: dict[tuple[str, str], ReflectionRequest] = {}
         for req in requests:
-            first.setdefault(_task_key(req), req.env)
-        with EnvOps(self.workers) as ops:
-            plans = ops.map([partial(expert_plan, env, key[1]) for key, env in first.items()])
+            first.setdefault(_task_key(req), req)
+        with EnvOps(self.workers) as ops:  # an env held here runs in a thread; one held elsewhere, where it lives
+            plans = ops.gather(
+                [
+                    ops.submit(expert_plan, req.env, task) if req.env is not None else req.call(expert_plan, task)
+                    for (_, task), req in first.items()
+                ]
+            )
         return dict(zip(first, plans, strict=True))
 
     def _plan(self, traj: Trajectory, plan: list[str] | None) -> Reflection:

@@ -39,6 +39,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -225,7 +226,10 @@ class ReflectRetry:
         bases = self._bases(jobs, seed, _BASES, first, wave)
         logger.info("reflect-retry wave %d: %d bases in %.1fs", wave, len(bases), lap("bases"))
         # Slot i played base i and is idle now: an env-consulting reflector (the oracle) may use it.
-        requests = [ReflectionRequest(b, self.collector.local_env(i)) for i, b in enumerate(bases)]
+        requests = [
+            ReflectionRequest(b, self.collector.local_env(i), call=partial(self.collector.call, i))
+            for i, b in enumerate(bases)
+        ]
         reflections = self.reflector.reflect(requests)
         if len(reflections) != len(bases):
             raise RuntimeError(f"the reflector returned {len(reflections)} reflections for {len(bases)} trajectories")

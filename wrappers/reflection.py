@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -132,10 +133,16 @@ class Reflection:
 @dataclass
 class ReflectionRequest:
     """What a reflector gets: the finished trajectory and an idle env instance of the same id and kwargs
-    (an oracle may reset and step it to consult privileged knowledge; a model reflector ignores it)."""
+    (an oracle may reset and step it to consult privileged knowledge; a model reflector ignores it).
+
+    Where the envs live in other processes (a remote :class:`wrappers.collector.Collector`), ``env`` is ``None``
+    and ``call(fn, *args)`` runs ``fn(env, *args)`` on that idle env where it lives, returning a
+    :class:`concurrent.futures.Future` (``fn`` must be importable by name, its arguments and result plain data).
+    """
 
     trajectory: Trajectory
     env: gym.Env | None = None
+    call: Callable[..., Future[Any]] | None = None
 
 
 @runtime_checkable

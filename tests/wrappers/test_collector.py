@@ -169,6 +169,40 @@ def test_oracle_reflect_retry_on_countdown_through_a_custom_collector():
     assert any(t["kind"] == "retry" and t["won"] for t in runs[1][0]["trajectories"])
 
 
+class RemoteLikeCollector(SequentialCollector):
+    """The same, with no env handed out at all (``local_env`` is ``None``, as for Ray actors): what consults an
+    env goes through ``call``."""
+
+    def local_env(self, slot):
+        return None
+
+
+@pytest.mark.parametrize("env_id", ["r3l/Countdown-v0", "r3l/TextWorld-v0"])
+def test_the_oracle_consults_envs_it_cannot_hold_through_call(env_id):
+    """Math (reference answer) and plan envs (expert plan): the oracle's reflections, and so the groups, are those
+    of the default backend, though it never gets an env object."""
+    probe = gym.make(env_id)
+    task = probe.unwrapped.task_ids[0]
+    plan = probe.unwrapped.expert_actions(task)
+    probe.close()
+
+    def follower(prompt_text):  # errs on the first turn unless guided, then follows the plan
+        done = prompt_text.count("<|im_start|>assistant") - 1
+        if "What to do instead" in prompt_text or "The correct answer" in prompt_text or done != 0:
+            return f"<action>{plan[min(done, len(plan) - 1)]}</action>"
+        return "<action>dance</action>"  # in no expert plan, and no number
+
+    config = ReflectRetryConfig(group_size=2, rollout=RolloutConfig(max_turns=4))
+    runs = []
+    for env in (env_id, RemoteLikeCollector(env_id)):
+        rr = ReflectRetry(env, scripted(follower), OracleReflector(reveal_answer=True), config)
+        runs.append(without_checkpoints(rr.collect([task], seed=2)))
+        rr.close()
+    assert runs[1] == runs[0]
+    reflection = runs[1][0]["trajectories"][0]["metadata"]["reflection"]
+    assert reflection["error"] is None and reflection["pivot"] is not None  # a real diagnosis, not "no_plan"
+
+
 def test_plain_groups_and_rollout_batch_take_a_collector():
     from r3l_learn.collect import PlainGroups
 
