@@ -15,6 +15,7 @@ planner recomputes from the others.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ __all__ = ["rebase", "task_at"]
 
 _CACHED_TASKS = 12  # parsed tasks kept (one per game in play; the translations are cached the same way)
 _tasks: OrderedDict[str, _Task] = OrderedDict()
+_tasks_lock = threading.Lock()
 
 Fact = tuple[str, tuple[str, ...]]  # predicate, argument names
 
@@ -91,13 +93,16 @@ def task_at(sas: str, facts: Iterable[Fact]) -> str:
 
 
 def _parsed(sas: str) -> _Task:
-    task = _tasks.get(sas)
-    if task is None:
-        task = _tasks[sas] = _parse(sas)
+    with _tasks_lock:  # envs may run in threads (one per thread): the cache is shared
+        task = _tasks.get(sas)
+        if task is not None:
+            _tasks.move_to_end(sas)
+            return task
+    task = _parse(sas)
+    with _tasks_lock:
+        _tasks[sas] = task
         while len(_tasks) > _CACHED_TASKS:
             _tasks.popitem(last=False)
-    else:
-        _tasks.move_to_end(sas)
     return task
 
 
