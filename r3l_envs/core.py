@@ -116,8 +116,9 @@ class TextEnv(gym.Env[str, str]):
     * ``task_ids`` — the stable task ids of the selected split (a ``Sequence[str]``, may be lazy);
     * ``_start(task_id) -> (observation, goal_text, info)`` — begin an episode on that task;
     * ``_act(action) -> (observation, reward, terminated, info)`` — play one (already sanitised) action;
-    * ``_save_state() / _load_state(state)`` — only for ``restore_kind = "native"``: a picklable snapshot of
-      everything ``_act`` depends on, and its exact reinstatement;
+    * ``_save_state() / _load_state(state)`` — only for ``restore_kind = "native"``: a snapshot of everything
+      ``_act`` depends on, as plain data that checkpoints carry (:mod:`r3l_envs.codec`; a record type is
+      registered with ``register_type``), and its exact reinstatement, which checks what reaches native code;
     * optionally ``canonical_observation(obs)`` when the engine's text is not byte-stable;
     * what the env is, for the layers above (:class:`EnvInfo`): ``prompt_family``, ``is_math``, and
       ``expert_actions(task_id)`` where the env knows a winning plan.

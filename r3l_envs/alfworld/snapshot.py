@@ -30,7 +30,7 @@ _MAX_INTERNED = 200_000
 
 
 def save(pddl: Any) -> dict[str, Any]:
-    """Everything the engine's next ``step`` depends on, as picklable plain data."""
+    """Everything the engine's next ``step`` depends on, as plain data (:mod:`r3l_envs.codec`)."""
     state = pddl._pddl_state
     return {
         "state_id": pddl.downward_lib.get_state_id(),

@@ -73,8 +73,9 @@ class _Snapshot:
 
     task_id: str
     frotz: tuple
-    # TextWorld's logic objects are interned per process, so they travel as plain tuples (see _pack_action).
-    facts: list[tuple]
+    # TextWorld's logic objects are interned per process, so they travel as plain data: a proposition as one
+    # string (few containers: checkpoints encode each in Python), an action as a tuple (see _pack_action).
+    facts: list[str]
     valid_actions: list[tuple]
     moves: int
     last_action: tuple | None
@@ -378,15 +379,22 @@ def _clean(feedback: str) -> str:
 # ---------------------------------------------------------------------- logic objects in checkpoints
 # The same facts come back in every restore; building them through TextWorld's interning (``deserialize``)
 # is most of a restore, so the interned Proposition of each packed form is kept (bounded).
-_PROPOSITIONS: dict[tuple, Any] = {}
+_PROPOSITIONS: dict[str, Any] = {}
 _MAX_PROPOSITIONS = 200_000
 
 
-def _pack_proposition(prop: Any) -> tuple:
-    return prop.name, tuple((var.name, var.type) for var in prop.arguments)
+_SEP = "\x1f"  # the ASCII unit separator: in no name or type of TextWorld's logic (checked when packing)
 
 
-def _unpack_proposition(packed: tuple) -> Any:
+def _pack_proposition(prop: Any) -> str:
+    """``name``, then each argument's name and type, joined by ``_SEP``."""
+    packed = _SEP.join((prop.name, *[part for var in prop.arguments for part in (var.name, var.type)]))
+    if packed.count(_SEP) != 2 * len(prop.arguments):
+        raise ValueError(f"a name or type in {prop!r:.200} contains the separator \\x1f")
+    return packed
+
+
+def _unpack_proposition(packed: str) -> Any:
     """The Proposition that ``Proposition.deserialize`` would give (the same interned object)."""
     prop = _PROPOSITIONS.get(packed)
     if prop is None:
@@ -394,8 +402,8 @@ def _unpack_proposition(packed: tuple) -> Any:
 
         if len(_PROPOSITIONS) >= _MAX_PROPOSITIONS:
             _PROPOSITIONS.clear()
-        name, arguments = packed
-        prop = _PROPOSITIONS[packed] = Proposition(name, [Variable(n, t) for n, t in arguments])
+        name, *parts = packed.split(_SEP)
+        prop = _PROPOSITIONS[packed] = Proposition(name, [Variable(n, t) for n, t in zip(parts[::2], parts[1::2])])
     return prop
 
 
