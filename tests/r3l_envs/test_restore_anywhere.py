@@ -104,6 +104,33 @@ def test_alfworld_restores_natively_across_episodes_and_tasks(monkeypatch):
     b.close()
 
 
+@pytest.mark.slow
+def test_alfworld_engine_from_the_cached_game_logic_plays_as_a_freshly_parsed_one():
+    """Speed-up 6 (a fresh instance's engine takes a copy of the game logic parsed once per process): the same
+    actions give the same transcript as an engine whose logic was parsed with the speed-ups off."""
+    from r3l_envs.alfworld import speedups
+
+    def play(env: gym.Env) -> list:
+        rng = random.Random(3)
+        _, info = env.reset(options={"task_id": env.unwrapped.task_ids[1]})
+        out = [info]
+        for _ in range(12):
+            out.append(env.step(rng.choice(info["admissible_actions"])))
+            info = out[-1][4]
+        return out
+
+    warm = _make("alfworld")
+    play(warm)  # the logic is in the cache now
+    cached = _make("alfworld")
+    fast = play(cached)
+    with speedups.disabled():
+        parsed = _make("alfworld")
+        slow = play(parsed)
+    assert fast == slow
+    for env in (warm, cached, parsed):
+        env.close()
+
+
 def test_textworld_instances_share_the_loaded_game():
     """The per-process game cache: a second instance's engine takes the Game the first one loaded."""
     a, b = _make("textworld"), _make("textworld")
