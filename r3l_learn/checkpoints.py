@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import random
 import re
 from pathlib import Path
@@ -27,8 +28,14 @@ class ResumeError(R3LLearnError):
 
 
 def rng_state() -> dict[str, Any]:
-    """The global RNG states a training step may touch (python, numpy, torch CPU and CUDA)."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """The global RNG states a training step may touch (python, numpy, torch CPU and CUDA), as plain data and
+    tensors only, so that :func:`load_checkpoint` can read them back with ``torch.load(weights_only=True)``."""
+    algorithm, key, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": (algorithm, [int(k) for k in key], int(pos), int(has_gauss), float(cached)),
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -36,7 +43,8 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    algorithm, key, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((algorithm, np.asarray(key, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -72,9 +80,20 @@ def latest_checkpoint(directory: str | os.PathLike[str]) -> Path | None:
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint` (it holds numpy/python RNG states, so it is loaded
-    with ``weights_only=False``: only load checkpoints you made)."""
+    """Read a checkpoint written by :func:`save_checkpoint`.
+
+    It is read with ``torch.load(weights_only=True)``: tensors, numbers, strings and containers only, so a file
+    that someone else crafted cannot run code when it is resumed (a full pickle load would). A file holding any
+    other object (as did those written before 2026-11-24, with numpy arrays in their RNG state) raises
+    :class:`ResumeError`.
+    """
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise ResumeError(
+            f"{path}: refused: it holds objects other than tensors and plain data, which a safe load does not "
+            f"read ({str(exc).splitlines()[0]}); a checkpoint from an older r3l cannot be resumed: start a new "
+            "--out-dir"
+        ) from exc
     except (OSError, RuntimeError, EOFError) as exc:
         raise ResumeError(f"{path}: unreadable checkpoint ({exc}); delete it to resume from an older one") from exc
