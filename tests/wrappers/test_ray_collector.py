@@ -261,3 +261,26 @@ def test_ctrl_c_leaves_no_worker_or_ray_process(tmp_path):
     # every daemon of that Ray instance (gcs_server, raylet, agents) names its node id on its command line
     left = subprocess.run(["pgrep", "-f", line[-1]], capture_output=True, text=True)
     assert left.stdout.split() == [], "Ray processes of the interrupted driver are still running"
+
+
+def jvms_of(pid):
+    """The Java child processes of process ``pid``."""
+    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(c) for c in children if b"java" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+@pytest.mark.java
+@pytest.mark.slow
+def test_no_scienceworld_jvm_outlives_a_killed_worker_or_close(local_ray):
+    with RayCollector("r3l/ScienceWorld-v0", workers=1, num_cpus=0.25) as remote:
+        remote.gather([remote.reset(0, seed=0, task_id=None, checkpoint=True)])
+        first = jvms_of(remote.pids()[0])
+        assert len(first) == 1
+        os.kill(remote.pids()[0], signal.SIGKILL)
+        after = remote.gather([remote.step(0, "look around", checkpoint=False)])[0]
+        assert after.observation  # the slot was rebuilt there and answered
+        assert remote.replacements == 1
+        assert gone(first[0])  # the JVM exits with its worker (its stdin pipe breaks)
+        second = jvms_of(remote.pids()[0])
+        assert len(second) == 1
+    assert gone(second[0])
