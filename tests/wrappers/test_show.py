@@ -183,3 +183,21 @@ def test_r3l_show_decodes_the_token_view_with_the_tokenizer_it_is_given(tmp_path
     assert "<span class='tk-ctx'" in decoded and "&lt;|im_start|&gt;system" in decoded and "⟨" not in decoded
     with pytest.raises(SystemExit, match="r3l show: unknown model 'no-such-model'"):
         main(["show", str(tmp_path / "g.jsonl"), "--html", str(tmp_path / "x.html"), "--tokenizer", "no-such-model"])
+
+
+def test_agent_and_env_text_cannot_inject_markup_into_the_page(tmp_path):
+    from r3l_learn.evaluate import evaluate
+
+    evil = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    path = tmp_path / "eval.jsonl"
+    evaluate(
+        "r3ltest/Corridor-v0",
+        scripted(lambda _: f"<think>{evil}</think><action>{evil}</action>"),
+        episodes=1,
+        config=RolloutConfig(max_turns=2),
+        out=path,
+        progress=False,
+    )
+    page = render_html(load_viewable(path))
+    assert page.count("<script") == 1 and "<img" not in page  # only the page's own script
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
