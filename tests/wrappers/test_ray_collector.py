@@ -15,6 +15,7 @@ import gymnasium as gym
 import pytest
 
 from wrappers import RolloutConfig
+from wrappers.collector import Collector
 from wrappers.envops import LocalCollector
 from wrappers.oracle import expert_plan
 from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
@@ -140,6 +141,7 @@ def test_ray_groups_equal_the_local_backend_with_1_and_4_workers(local_ray, env_
             assert collect(env_id, remote) == expected
             assert remote.replacements == 0
             assert remote.local_env(0) is None  # the envs live in the actors
+            assert isinstance(remote, Collector)
 
 
 def test_a_worker_killed_mid_collect_is_rebuilt_and_the_groups_are_identical(local_ray):
@@ -157,6 +159,21 @@ def test_a_worker_killed_mid_collect_is_rebuilt_and_the_groups_are_identical(loc
         assert collect(env_id, remote, on_call=kill) == expected
         assert len(killed) == 2 and remote.replacements == 2
         assert remote.pids()[1] not in killed
+
+
+def test_the_oracle_consults_envs_in_the_actors(local_ray):
+    """The oracle reads expert answers through ``Collector.call`` on the base's slot, inside its actor."""
+    from wrappers.oracle import OracleReflector
+
+    def run(collector):
+        rr = ReflectRetry(collector, scripted(countdown_rule()), OracleReflector(reveal_answer=True))
+        return without_checkpoints(rr.collect(["countdown-train-000003"], seed=1))
+
+    with LocalCollector("r3l/Countdown-v0", workers=1) as local:
+        expected = run(local)
+    with RayCollector("r3l/Countdown-v0", workers=2, num_cpus=0.25) as remote:
+        assert run(remote) == expected
+    assert any(t["kind"] == "retry" for t in expected[0]["trajectories"])
 
 
 def die(env):
