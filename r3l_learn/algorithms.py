@@ -191,8 +191,8 @@ def resolve_algorithm(name: str, ablations: tuple[str, ...] | list[str] = ()) ->
     for flag in ablations:
         if flag not in ABLATIONS:
             raise KeyError(f"unknown ablation {flag!r}; choose among {sorted(ABLATIONS)}")
-        if name != "r3l":
-            raise ValueError(f"the ablation {flag!r} applies to r3l only, not to {name!r}")
+        if not ALGORITHMS[name].reflect_retry:
+            raise ValueError(f"the ablation {flag!r} switches off part of reflect-retry, which {name!r} does not use")
         algo = replace(algo, **ABLATIONS[flag])
     if ablations:
         algo = replace(algo, name="-".join([name, *(f.replace("_", "-") for f in ablations)]))

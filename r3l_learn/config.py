@@ -58,7 +58,7 @@ class TrainConfig:
     eval_split: str = _f("test", "the held-out split of the periodic evals")
     model: str = _f(DEFAULT_MODEL, 'an embedded model name, a local HF folder, or "tiny-random"')
     algo: str = _f("r3l", "the learning algorithm (r3l_learn/algorithms.py)", choices=tuple(sorted(ALGORITHMS)))
-    ablations: tuple[str, ...] = _f((), "r3l only: parts of R³L to switch off", choices=tuple(sorted(ABLATIONS)))
+    ablations: tuple[str, ...] = _f((), "parts of reflect-retry (R³L) to switch off", choices=tuple(sorted(ABLATIONS)))
     reflector: str = _f(
         "self",
         'who reflects: "self" (the paper), "oracle" (privileged env knowledge), a model name/folder, or '
@@ -72,7 +72,7 @@ class TrainConfig:
     # sampling budget: every algorithm samples group_size trajectories per task (r3l: N/2 bases + retries + fill)
     steps: int = _f(20, "optimiser steps; each collects --tasks-per-step groups")
     tasks_per_step: int = _f(4, "groups (tasks) per step; the paper uses 96")
-    group_size: int = _f(8, "N, trajectories per task (the paper's 8); even for r3l")
+    group_size: int = _f(8, "N, trajectories per task (the paper's 8); even for reflect-retry")
     fill: bool = _f(True, "top r3l groups up to N with extra bases, so budgets are equal across algorithms")
     temperature: float = _f(1.0, f"sampling temperature of training rollouts ({_PAPER}: 1.0)")
     max_new_tokens: int = _f(256, "new tokens per agent turn")
@@ -151,13 +151,17 @@ class TrainConfig:
             problems.append(env_problem)
         if self.algo not in ALGORITHMS:
             problems.append(f"algo must be one of {sorted(ALGORITHMS)}, got {self.algo!r}")
-        if self.ablations and self.algo != "r3l":
-            problems.append("ablations apply to --algo r3l only")
+        algorithm = ALGORITHMS.get(self.algo)
+        reflects = algorithm is not None and algorithm.reflect_retry
+        if self.ablations and not reflects:
+            problems.append(f"ablations switch off parts of reflect-retry, which --algo {self.algo} does not use")
         unknown = [a for a in self.ablations if a not in ABLATIONS]
         if unknown:
             problems.append(f"unknown ablations {unknown}; choose among {sorted(ABLATIONS)}")
-        if self.group_size < 2 or (self.algo == "r3l" and self.group_size % 2):
-            problems.append(f"group_size must be >= 2 and even for r3l (N/2 bases + retries), got {self.group_size}")
+        if self.group_size < 2 or (reflects and self.group_size % 2):
+            problems.append(
+                f"group_size must be >= 2, and even for reflect-retry (N/2 bases + retries), got {self.group_size}"
+            )
         for name in ("steps", "tasks_per_step", "micro_batch_size", "max_new_tokens", "eval_batch_size"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -202,3 +202,17 @@ def test_grpo_eps_is_a_flag_and_eps_zero_trains_on_an_equal_rewards_group():
     loss = LossConfig.for_algorithm(algo, config.hyper_values(), kl_coef=0.0)
     stats = accumulate_gradients(model, rows, loss, micro_batch_size=4, pad_id=0)
     assert stats.finite and stats.skipped_rows == 3  # ppo_clip declares zero-advantage rows skippable
+
+
+def test_reflect_retry_rules_follow_the_row_not_the_name(monkeypatch):
+    """Even group sizes and ablations belong to any reflect-retry algorithm, read from its row."""
+    from dataclasses import replace
+
+    monkeypatch.setitem(ALGORITHMS, "r3l-twin", replace(ALGORITHMS["r3l"], name="r3l-twin"))
+    with pytest.raises(ValueError, match="even for reflect-retry"):
+        TrainConfig(algo="r3l-twin", group_size=3)
+    assert TrainConfig(algo="r3l-twin", group_size=4, ablations=("no_pivot_credit",)).ablations
+    assert not resolve_algorithm("r3l-twin", ["no_pivot_credit"]).pivotal_credit
+    assert TrainConfig(algo="grpo", group_size=3).group_size == 3
+    with pytest.raises(ValueError, match="does not use"):
+        TrainConfig(algo="grpo", ablations=("no_pivot_credit",))
