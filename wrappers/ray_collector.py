@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import queue
 import threading
@@ -507,8 +508,10 @@ def make_ray_collector(
     memory_mb: int | None = None,
 ) -> RayCollector:
     """Start or join Ray (:func:`connect`) and make a :class:`RayCollector` on it; closing the collector shuts down
-    a Ray instance this call started (``r3l train --ray ...`` uses this)."""
-    started = connect(address)
+    a Ray instance this call started (``r3l train --ray ...`` uses this). A ``"local"`` Ray gets at least the
+    logical CPUs the workers declare: all of them are to run on this machine, where they mostly wait on env calls."""
+    cpus = max(os.cpu_count() or 1, math.ceil(workers * num_cpus)) if address == "local" else None
+    started = connect(address, num_cpus=cpus)
     try:
         memory = None if memory_mb is None else memory_mb * 2**20
         return RayCollector(
