@@ -63,7 +63,17 @@ def connect(address: str, *, num_cpus: int | None = None) -> bool:
     if ray.is_initialized():
         return False
     if address == "local":
-        ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
+        # On a busy machine a local start can outlast Ray's own startup wait ("The current node timed out during
+        # startup"; seen at load ~20 here, and the next try started): try once more before giving up.
+        for attempt in (1, 2):
+            try:
+                ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
+                break
+            except Exception as exc:  # Ray raises plain Exception/RuntimeError subclasses for a failed start
+                ray.shutdown()
+                if attempt == 2 or "timed out" not in str(exc):
+                    raise
+                logger.warning("Ray's local start timed out (%s); trying once more", exc)
     else:
         ray.init(address=address, logging_level=logging.WARNING)
     return True
