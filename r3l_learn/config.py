@@ -117,6 +117,9 @@ class TrainConfig:
     ray_workers: int = _f(2, "env worker actors with --ray (slot i lives on actor i mod workers)")
     ray_cpus: float = _f(1.0, "CPUs each --ray env worker declares, so Ray places workers where they fit")
     ray_memory_mb: int | None = _f(None, "memory each --ray env worker declares (a ScienceWorld JVM needs ~1000)")
+    ray_generation: bool = _f(
+        False, "with --ray: generate in a Ray actor (weights pushed after every step) instead of on the driver"
+    )
     dtype: Literal["float32", "bfloat16", "auto"] = _f(
         "float32", "weights (fp32 master weights train best; compute precision is --autocast); auto: bf16 where native"
     )
@@ -187,6 +190,8 @@ class TrainConfig:
             problems.append(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
         if self.ray is not None and (self.ray_workers < 1 or not self.ray_cpus > 0):
             problems.append(f"ray_workers must be >= 1 and ray_cpus > 0, got {self.ray_workers}, {self.ray_cpus}")
+        if self.ray_generation and (self.ray is None or self.rollout_backend != "hf" or self.lora_rank):
+            problems.append("ray_generation needs --ray, the hf rollout backend and full fine-tuning (no --lora-rank)")
         if self.max_bad_steps < 1:
             problems.append(f"max_bad_steps must be >= 1, got {self.max_bad_steps}")
         self.hyper = parse_kwargs(self.hyper)  # the CLI hands over NAME=VALUE pairs

@@ -37,6 +37,7 @@ from r3l_learn.evaluate import EvalSummary, evaluate
 from r3l_learn.metrics import MetricsLogger
 from r3l_learn.train_setup import (
     TaskStream,
+    connect_ray,
     load_train_policy,
     make_reflector,
     reference_fn,
@@ -122,9 +123,12 @@ def train(
         raise ResumeError(
             f"{run.out} already holds checkpoints: pass --resume to continue, or choose another --out-dir"
         )
-    _open(run, collector)
-    interrupted = _loop(run, list(on_step))
-    return _finish(run, interrupted)
+    try:
+        _open(run, collector)
+        interrupted = _loop(run, list(on_step))
+        return _finish(run, interrupted)
+    finally:
+        _close(run)
 
 
 @dataclass
@@ -149,6 +153,7 @@ class _Run:
     log: MetricsLogger | None = None
     collector: Collector | None = None
     owns_collector: bool = False
+    ray_started: bool = False  # this run started Ray (and stops it at the end)
     builder: GroupBuilder | None = None
 
     @property
@@ -198,6 +203,7 @@ def _open(run: _Run, collector: Collector | None) -> None:
     run.out.mkdir(parents=True, exist_ok=True)
     (run.out / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
     run.log = MetricsLogger(run.out, tensorboard=config.tensorboard)
+    run.ray_started = connect_ray(config) if config.ray is not None else False
     run.player = rollout_policy(config, run.policy)
     run.owns_collector = collector is None
     run.collector = _make_collector(config) if collector is None else collector
@@ -216,6 +222,16 @@ def _open(run: _Run, collector: Collector | None) -> None:
     logger.info(
         "training %s with %s on %s (%s), out_dir %s", config.model, run.algo.name, config.env, run.algo, run.out
     )
+
+
+def _close(run: _Run) -> None:
+    """Stop what the run started for itself: a generation actor, then a Ray instance (after the final eval)."""
+    if run.player is not None and run.player is not run.policy and run.config.ray_generation:
+        run.player.close()
+    if run.ray_started:
+        from wrappers.ray_collector import require_ray
+
+        require_ray().shutdown()
 
 
 def _make_collector(config: TrainConfig) -> Collector:

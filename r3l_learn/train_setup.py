@@ -19,7 +19,15 @@ from wrappers import RolloutConfig, SamplingParams
 from wrappers.oracle import OracleReflector
 from wrappers.reflection import PolicyReflector, Reflector
 
-__all__ = ["TaskStream", "load_train_policy", "make_reflector", "reference_fn", "rollout_config", "rollout_policy"]
+__all__ = [
+    "TaskStream",
+    "connect_ray",
+    "load_train_policy",
+    "make_reflector",
+    "reference_fn",
+    "rollout_config",
+    "rollout_policy",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +73,13 @@ def load_train_policy(config: TrainConfig) -> Any:
 
 
 def rollout_policy(config: TrainConfig, policy: Any) -> Any:
-    """Who plays the episodes: the trained policy itself, or a vLLM engine that receives every update."""
+    """Who plays the episodes: the trained policy itself, a copy in a Ray actor (``ray_generation``), or a vLLM
+    engine; the latter two receive every update. The run closes a Ray player at its end."""
+    if config.ray_generation:
+        from r3l_learn.ray_policy import RayPolicy
+
+        dtype = "bfloat16" if policy.model.dtype == torch.bfloat16 else "float32"
+        return RayPolicy(policy, config.model, dtype=dtype, seed=config.seed)
     if config.rollout_backend == "hf":
         return policy
     from r3l_learn.vllm_policy import shared_engine
@@ -115,3 +129,16 @@ def rollout_config(config: TrainConfig, temperature: float) -> RolloutConfig:
     """How training (or eval, at its temperature) episodes are played."""
     sampling = SamplingParams(temperature=temperature, max_new_tokens=config.max_new_tokens)
     return RolloutConfig(sampling=sampling, max_turns=config.max_turns, constrained=config.actions == "constrained")
+
+
+def connect_ray(config: TrainConfig) -> bool:
+    """Start or join the Ray of ``config.ray`` for the whole run (env workers and the generation actor share it);
+    a local Ray gets the logical CPUs they declare. Returns whether this call started it (the run then stops it)."""
+    import math
+    import os
+
+    from wrappers.ray_collector import connect
+
+    declared = config.ray_workers * config.ray_cpus + (1 if config.ray_generation else 0)
+    cpus = max(os.cpu_count() or 1, math.ceil(declared)) if config.ray == "local" else None
+    return connect(config.ray, num_cpus=cpus)
