@@ -39,7 +39,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from r3l_envs.checkpoint import Checkpoint
 
-__all__ = ["Collector", "EnvProfile", "ResetResult", "StepResult"]
+__all__ = ["Collector", "EnvProfile", "ResetResult", "StepResult", "gather_futures"]
 
 T = TypeVar("T")
 
@@ -125,3 +125,24 @@ class Collector(Protocol):
     def close(self) -> None:
         """Close every env this collector made and release its workers."""
         ...
+
+
+def gather_futures(futures: Sequence[Future[T]], then: Callable[[int, T], None] | None = None) -> list[T]:
+    """Wait for ``futures``; call ``then(i, result)`` as each completes (until one fails); return the results in
+    order, or re-raise the first failure in submission order once all have settled (what :meth:`Collector.gather`
+    promises, for implementations to share)."""
+    from concurrent.futures import as_completed, wait
+
+    index = {f: i for i, f in enumerate(futures)}
+    try:
+        for future in as_completed(futures):
+            if future.exception() is not None:
+                break
+            if then is not None:
+                then(index[future], future.result())
+    finally:
+        wait(futures)
+    failed = [f for f in futures if f.exception() is not None]
+    if failed:
+        raise failed[0].exception()
+    return [f.result() for f in futures]

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import r3l_envs
 from r3l_envs.checkpoint import Checkpoint
-from wrappers.collector import EnvProfile, ResetResult, StepResult
+from wrappers.collector import EnvProfile, ResetResult, StepResult, gather_futures
 
 __all__ = ["EnvOps", "EnvPool", "LocalCollector", "env_profile"]
 
@@ -72,23 +72,11 @@ class EnvOps:
         If a call failed, no further ``then`` runs, every other call is waited for, and the failure of the
         lowest index is raised (the same one whatever the timing, when failures are deterministic).
         """
-        index = {f: i for i, f in enumerate(futures)}
-        try:
-            for future in futures:
-                call = self._calls.pop(future, None)
-                if call is not None:
-                    call.run()  # unless a pool thread has claimed it
-            for future in as_completed(futures):
-                if future.exception() is not None:
-                    break
-                if then is not None:
-                    then(index[future], future.result())
-        finally:
-            wait(futures)
-        failed = [f for f in futures if f.exception() is not None]
-        if failed:
-            raise failed[0].exception()
-        return [f.result() for f in futures]
+        for future in futures:
+            call = self._calls.pop(future, None)
+            if call is not None:
+                call.run()  # unless a pool thread has claimed it; never raises (the future holds a failure)
+        return gather_futures(futures, then)
 
     def map(self, calls: Sequence[Callable[[], T]], then: Callable[[int, T], None] | None = None) -> list[T]:
         """``gather`` over ``submit(call)`` for every call, in order."""

@@ -26,12 +26,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, as_completed, wait
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from r3l_envs.checkpoint import Checkpoint
-from wrappers.collector import EnvProfile, ResetResult, StepResult
+from wrappers.collector import EnvProfile, ResetResult, StepResult, gather_futures
 
 __all__ = ["RayCollector", "WorkerLostError", "connect", "make_ray_collector", "require_ray"]
 
@@ -313,19 +313,7 @@ class RayCollector:
         return None
 
     def gather(self, futures: Sequence[Future[T]], then: Callable[[int, T], None] | None = None) -> list[T]:
-        index = {f: i for i, f in enumerate(futures)}
-        try:
-            for future in as_completed(futures):
-                if future.exception() is not None:
-                    break
-                if then is not None:
-                    then(index[future], future.result())
-        finally:
-            wait(futures)
-        failed = [f for f in futures if f.exception() is not None]
-        if failed:
-            raise failed[0].exception()
-        return [f.result() for f in futures]
+        return gather_futures(futures, then)
 
     def close(self) -> None:
         """Close the envs (briefly), kill every actor, stop the dispatcher; ``ray.shutdown()`` if asked. Idempotent."""
