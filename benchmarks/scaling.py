@@ -269,7 +269,7 @@ def markdown(results: dict, args, facts: dict, load: tuple, command: str) -> str
         f"Command: `{command}`. One local Ray instance (`ray.init(num_cpus=2)`, loopback only, actors declare "
         f"0.25 CPU each). Load average (1 min) {load[0]:.1f} at the start and {load[1]:.1f} at the end on "
         f"{facts['cores']} cores: **the machine is shared with other jobs and was loaded**, so absolute times are "
-        "inflated and noisy; the worker counts share 2 cores, so CPU-bound envs cannot speed up here.",
+        "inflated and noisy; all the workers share those 2 cores.",
         "",
         f"Throughput: {args.episodes} episodes (the scripted plan follower of `benchmarks/retry.py`: each task's "
         "expert plan, then detours, no LLM) played with `rollout_batch` and checkpoints on, env steps per second "
@@ -325,7 +325,8 @@ def markdown(results: dict, args, facts: dict, load: tuple, command: str) -> str
         f"included. The modelled rows show the mechanism without cores: calls that wait overlap across "
         f"workers, for threads and actors alike (a LocalCollector with w > 1 threads runs w + 1 calls at once,"
         f" since the calling thread runs queued calls while it waits: 3 and 5 here). Ray's gain is what one "
-        f"machine lacks: cores and memory on other nodes (next table), and a worker's death ",
+        f"machine lacks: cores and memory on other nodes (next table), and a worker's death "
+        "survived (tests/wrappers/test_ray_collector.py).",
         "",
     ]
     lines += paper(results, args)
