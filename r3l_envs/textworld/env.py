@@ -58,6 +58,7 @@ _META_VERBS = frozenset(
         "recording",
         "replay",
         "verify",
+        "version",  # prints the story file's serial number, which is its compile date: not part of the game
     ]
 )
 _SEPARATORS = re.compile(r"[.;]|\bthen\b")
