@@ -15,7 +15,7 @@ import gymnasium as gym
 
 from wrappers.collector import Collector
 from wrappers.data import TrajectoryGroup
-from wrappers.envops import LocalCollector
+from wrappers.envops import as_collector
 from wrappers.policy import Policy
 from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
 from wrappers.reflection import Reflector
@@ -57,13 +57,7 @@ class PlainGroups:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
         self.policy, self.group_size = policy, group_size
         self.rollout = rollout or RolloutConfig()
-        self._owns_collector = not isinstance(env, Collector)
-        if isinstance(env, Collector):
-            if env_kwargs:
-                raise ValueError("env_kwargs apply to an env id; a Collector was made with its own")
-            self.collector: Collector = env
-        else:
-            self.collector = LocalCollector(env, env_kwargs=env_kwargs, workers=self.rollout.env_workers)
+        self.collector, self._owns_collector = as_collector(env, env_kwargs, self.rollout.env_workers)
 
     def collect(self, task_ids: Sequence[str], *, seed: int | None = None) -> list[TrajectoryGroup]:
         jobs = [task for task in task_ids for _ in range(self.group_size)]

@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 import r3l_envs
 from r3l_envs.checkpoint import Checkpoint
-from wrappers.collector import EnvProfile, ResetResult, StepResult, gather_futures
+from wrappers.collector import Collector, EnvProfile, ResetResult, StepResult, gather_futures
 
-__all__ = ["EnvOps", "EnvPool", "LocalCollector", "env_profile"]
+__all__ = ["EnvOps", "EnvPool", "LocalCollector", "as_collector", "env_profile"]
 
 T = TypeVar("T")
 
@@ -234,3 +234,14 @@ def _step(env: Any, action: str, checkpoint: bool) -> StepResult:
     observation, reward, terminated, truncated, info = env.step(action)
     after = r3l_envs.checkpoint(env) if checkpoint and not (terminated or truncated) else None
     return StepResult(observation, float(reward), terminated, truncated, info, after)
+
+
+def as_collector(env: Any, env_kwargs: dict[str, Any] | None, workers: int) -> tuple[Collector, bool]:
+    """``env`` as a collector, and whether the caller made it (and so closes it): a :class:`Collector` is used as
+    given (``env_kwargs`` must then be empty: it was made with its own); an env id or factory gets a
+    :class:`LocalCollector` with ``workers`` threads."""
+    if isinstance(env, Collector):
+        if env_kwargs:
+            raise ValueError("env_kwargs apply to an env id; a Collector was made with its own")
+        return env, False
+    return LocalCollector(env, env_kwargs=env_kwargs, workers=workers), True

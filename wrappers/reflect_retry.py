@@ -48,7 +48,7 @@ import numpy as np
 from wrappers.chat import replay
 from wrappers.collector import Collector
 from wrappers.data import Sample, Trajectory, TrajectoryGroup, new_id
-from wrappers.envops import LocalCollector
+from wrappers.envops import as_collector
 from wrappers.policy import Policy, SamplingParams
 from wrappers.reflection import Reflection, ReflectionRequest, Reflector
 from wrappers.rollout import AgentEpisode, RolloutConfig, play
@@ -147,13 +147,7 @@ class ReflectRetry:
         env_kwargs: dict[str, Any] | None = None,
     ):
         self.config = config or ReflectRetryConfig()
-        self._owns_collector = not isinstance(env, Collector)
-        if isinstance(env, Collector):
-            if env_kwargs:
-                raise ValueError("env_kwargs apply to an env id; a Collector was made with its own")
-            self.collector: Collector = env
-        else:
-            self.collector = LocalCollector(env, env_kwargs=env_kwargs, workers=self.config.rollout.env_workers)
+        self.collector, self._owns_collector = as_collector(env, env_kwargs, self.config.rollout.env_workers)
         self.policy, self.reflector = policy, reflector
         self._rollout = replace(self.config.rollout, keep_checkpoints=True)
         #: Wall seconds of the last ``collect``, by phase: bases, reflect, retries, fill, total.
