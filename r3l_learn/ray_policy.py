@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from wrappers.policy import Generation, SamplingParams
-from wrappers.ray_collector import require_ray
+from wrappers.ray_collector import remote_class, require_ray
 
 __all__ = ["RayPolicy"]
 
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 
 class _GenerationWorker:
-    """The actor's body (wrapped by ``ray.remote`` in :func:`_actor_class`): one policy, loaded in the actor."""
+    """The actor's body (a Ray actor class once ``remote_class`` wraps it): one policy, loaded in the actor."""
 
     def __init__(self, model: str, dtype: str, seed: int, autocast: Any):
         from r3l_learn.evaluate import load_policy
@@ -48,16 +48,6 @@ class _GenerationWorker:
         if missing or unexpected:
             raise ValueError(f"pushed weights do not fit the actor's model: missing {missing}, unexpected {unexpected}")
         return len(state)
-
-
-_ACTOR: Any = None
-
-
-def _actor_class() -> Any:
-    global _ACTOR
-    if _ACTOR is None:
-        _ACTOR = require_ray().remote(_GenerationWorker)
-    return _ACTOR
 
 
 class RayPolicy:
@@ -88,8 +78,8 @@ class RayPolicy:
         ray = require_ray()
         self._ray, self.local, self.timeout_s = ray, local, timeout_s
         start = time.perf_counter()
-        options = {"num_cpus": num_cpus, "num_gpus": num_gpus}
-        self.actor = _actor_class().options(**options).remote(model, dtype, seed, getattr(local, "autocast", None))
+        actor = remote_class(_GenerationWorker).options(num_cpus=num_cpus, num_gpus=num_gpus)
+        self.actor = actor.remote(model, dtype, seed, getattr(local, "autocast", None))
         self.update_weights(local.model.state_dict())  # also waits until the actor has loaded its model
         self.start_seconds = time.perf_counter() - start
         logger.info("generation actor for %s ready in %.1f s", model, self.start_seconds)

@@ -134,11 +134,7 @@ def rollout_config(config: TrainConfig, temperature: float) -> RolloutConfig:
 def connect_ray(config: TrainConfig) -> bool:
     """Start or join the Ray of ``config.ray`` for the whole run (env workers and the generation actor share it);
     a local Ray gets the logical CPUs they declare. Returns whether this call started it (the run then stops it)."""
-    import math
-    import os
-
-    from wrappers.ray_collector import connect
+    from wrappers.ray_collector import connect, local_cpus
 
     declared = config.ray_workers * config.ray_cpus + (1 if config.ray_generation else 0)
-    cpus = max(os.cpu_count() or 1, math.ceil(declared)) if config.ray == "local" else None
-    return connect(config.ray, num_cpus=cpus)
+    return connect(config.ray, num_cpus=local_cpus(declared) if config.ray == "local" else None)

@@ -19,6 +19,7 @@ results are those of an undisturbed run. A call is tried at most ``1 + max_retri
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import math
 import os
@@ -81,7 +82,7 @@ def connect(address: str, *, num_cpus: int | None = None) -> bool:
 
 # ---------------------------------------------------------------------------------------------- the actor
 class _EnvWorker:
-    """The env worker (a Ray actor class once :func:`_actor_class` wraps it): envs per slot, made on first use."""
+    """The env worker (a Ray actor class once :func:`remote_class` wraps it): envs per slot, made on first use."""
 
     def __init__(self, env_id: str, env_kwargs: dict[str, Any]):
         self.env_id, self.env_kwargs = env_id, env_kwargs
@@ -152,13 +153,17 @@ def _replay(env: Any, call: tuple[Any, ...]) -> None:
         call[1](env, *call[2])
 
 
-_ACTOR: dict[str, Any] = {}
+@functools.cache
+def remote_class(cls: type) -> Any:
+    """``cls`` as a Ray actor class (made once per process): never restarted by Ray, whose restart would lose the
+    actor's state; the owner replaces a dead actor itself."""
+    return require_ray().remote(max_restarts=0, max_task_retries=0)(cls)
 
 
-def _actor_class(ray: Any) -> Any:
-    if "cls" not in _ACTOR:
-        _ACTOR["cls"] = ray.remote(max_restarts=0, max_task_retries=0)(_EnvWorker)
-    return _ACTOR["cls"]
+def local_cpus(declared: float) -> int:
+    """Logical CPUs for a local Ray: at least what its actors declare (they all run on this machine, where they
+    mostly wait on env calls or on each other), and no fewer than the machine has."""
+    return max(os.cpu_count() or 1, math.ceil(declared))
 
 
 # ---------------------------------------------------------------------------------------------- the driver side
@@ -468,7 +473,7 @@ class RayCollector:
     def _start(self, w: int) -> _Worker:
         """A new actor, ready (it answered) within ``start_timeout_s``."""
         ray = self._ray
-        handle = _actor_class(ray).options(**self._options).remote(self.env_id, self.env_kwargs)
+        handle = remote_class(_EnvWorker).options(**self._options).remote(self.env_id, self.env_kwargs)
         try:
             pid, node = ray.get(handle.whoami.remote(), timeout=self.start_timeout_s)
         except ray.exceptions.GetTimeoutError:
@@ -508,8 +513,7 @@ def make_ray_collector(
     """Start or join Ray (:func:`connect`) and make a :class:`RayCollector` on it; closing the collector shuts down
     a Ray instance this call started (``r3l train --ray ...`` uses this). A ``"local"`` Ray gets at least the
     logical CPUs the workers declare: all of them are to run on this machine, where they mostly wait on env calls."""
-    cpus = max(os.cpu_count() or 1, math.ceil(workers * num_cpus)) if address == "local" else None
-    started = connect(address, num_cpus=cpus)
+    started = connect(address, num_cpus=local_cpus(workers * num_cpus) if address == "local" else None)
     try:
         memory = None if memory_mb is None else memory_mb * 2**20
         return RayCollector(
