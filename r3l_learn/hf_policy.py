@@ -20,6 +20,7 @@ import torch
 from r3l_learn.chat_io import HFTokenizerIO
 from r3l_learn.device import native_dtype, resolve_dtype
 from r3l_learn.models import resolve_model
+from r3l_learn.prompt_cache import PromptCache
 from wrappers.policy import Generation, SamplingParams
 
 __all__ = ["HFPolicy", "auto_dtype"]
@@ -48,6 +49,9 @@ class HFPolicy(HFTokenizerIO):
         self.pad_token_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
         self.max_context: int = max_context or int(getattr(model.config, "max_position_embeddings", 2048))
         self.score_chunk = 16  # continuations scored together on one copy of a shared prompt cache
+        # KV caches of recent prompts: a multi-turn episode's next prompt extends its last one, so scoring runs
+        # only the new turn (PromptCache(0) turns this off).
+        self.prompt_cache = PromptCache()
         # Lower-precision compute for fp32 weights (the learner's bf16 autocast also covers its rollouts):
         # None computes in the weights' dtype.
         self.autocast: torch.dtype | None = None
@@ -164,17 +168,14 @@ class HFPolicy(HFTokenizerIO):
     def _score_shared_prompt(self, prompt: list[int], conts: list[list[int]]) -> list[list[float]]:
         if not prompt:
             raise ValueError("score() needs a non-empty prompt")
-        device = self.device
-        # only the last position's logits are needed: skipping the rest saves a prompt-length × vocab matmul
-        head = self.model(input_ids=torch.tensor([prompt], device=device), use_cache=True, logits_to_keep=1)
-        first = torch.log_softmax(head.logits[0, -1].float(), dim=-1)
+        past, first = self.prompt_cache.head(self.model, prompt, self.autocast)
         results = [[float(first[c[0]])] if c else [] for c in conts]
         # The shared cache is copied once per candidate in a chunk (~46 KB per prompt token for SmolLM2), so
         # chunks bound the memory of long contexts with many admissible actions.
         for lo in range(0, len(conts), self.score_chunk):
             chunk = conts[lo : lo + self.score_chunk]
             if max(len(c) for c in chunk) > 1:
-                for row, lp in enumerate(self._score_on_cache(head.past_key_values, len(prompt), chunk)):
+                for row, lp in enumerate(self._score_on_cache(past, len(prompt), chunk)):
                     results[lo + row] += lp
         return results
 

@@ -1,0 +1,78 @@
+"""The prompt KV cache of HFPolicy.score: a multi-turn prompt runs only its new tokens, with the same numbers."""
+
+import itertools
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from r3l_learn.hf_policy import HFPolicy  # noqa: E402
+from r3l_learn.models import tiny_model  # noqa: E402
+from r3l_learn.prompt_cache import PromptCache  # noqa: E402
+
+
+def _policy(cache_bytes=2 << 30):
+    model, tokenizer = tiny_model(seed=0)
+    policy = HFPolicy(model, tokenizer, name="tiny")
+    policy.prompt_cache = PromptCache(cache_bytes)
+    return policy
+
+
+def _turns(policy):
+    """Three prompts of one conversation, each extending the last (as a multi-turn episode's do)."""
+    messages = [{"role": "user", "content": "You are in a kitchen. Exits: east, north."}]
+    prompts = []
+    for reply, observation in [("go east", "You are in a hall."), ("go north", "You see a coin."), (None, None)]:
+        prompts.append(policy.tokenize(policy.render(messages, add_generation_prompt=True)))
+        if reply is not None:
+            messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
+    return prompts
+
+
+CANDIDATES = [[70, 71], [72], [80, 81, 82]]
+
+
+def test_later_turns_run_only_their_new_tokens_with_the_same_scores():
+    cached, plain = _policy(), _policy(0)
+    prompts = _turns(cached)
+    assert all(b[: len(a)] == a for a, b in itertools.pairwise(prompts)), "each prompt extends the previous one"
+    for prompt in prompts:
+        got = cached.score([prompt] * 3, CANDIDATES)
+        want = plain.score([prompt] * 3, CANDIDATES)
+        for g, w in zip(got, want):
+            assert g == pytest.approx(w, abs=1e-5)
+    cache = cached.prompt_cache
+    assert (cache.misses, cache.hits) == (1, 2)
+    assert cache.computed_tokens == len(prompts[-1])  # every token ran once
+    assert plain.prompt_cache.computed_tokens == sum(len(p) for p in prompts) and len(plain.prompt_cache) == 0
+
+
+def test_an_update_to_the_weights_empties_the_cache():
+    policy, prompt = _policy(), _turns(_policy(0))[0]
+    before = policy.score([prompt], [CANDIDATES[0]])[0]
+    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-2)
+    loss = policy.model(input_ids=torch.tensor([prompt])).logits.mean()
+    loss.backward()
+    optimizer.step()
+    after = policy.score([prompt], [CANDIDATES[0]])[0]
+    fresh = _policy(0)
+    fresh.model.load_state_dict(policy.model.state_dict())
+    assert after == pytest.approx(fresh.score([prompt], [CANDIDATES[0]])[0], abs=1e-5)
+    assert abs(after[0] - before[0]) > 1e-3, "the step must move the log-prob, or this test means nothing"
+    assert policy.prompt_cache.misses == 2  # the stale entry was not used
+
+
+def test_memory_is_bounded_and_least_recently_used_prompts_go_first():
+    policy = _policy()
+    a = _turns(policy)[0]
+    b = [a[0] + 1, *a[1:]]  # as long as a, sharing no prefix with it
+    policy.score([a], [[70]])
+    one = policy.prompt_cache._bytes
+    policy.prompt_cache = PromptCache(max_bytes=one + one // 2)  # room for about one prompt of this size
+    policy.score([a], [[70]])
+    policy.score([b], [[70]])
+    assert len(policy.prompt_cache) == 1 and policy.prompt_cache._bytes <= policy.prompt_cache.max_bytes
+    policy.score([a], [[70]])
+    assert policy.prompt_cache.misses == 3  # a was evicted by b
+    with pytest.raises(ValueError, match="max_bytes"):
+        PromptCache(-1)
