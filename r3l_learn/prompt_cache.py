@@ -56,8 +56,7 @@ class PromptCache:
             cache, first, _ = self._entries[base]
             return cache, first
         past, start = None, 0
-        if base is not None:
-            self._entries.move_to_end(base)
+        if base is not None:  # not marked as used: once extended, a prefix is stale and should go first
             past, start = copy.deepcopy(self._entries[base][0]), len(base)
             self.hits += 1
             self.reused_tokens += start
