@@ -127,12 +127,13 @@ def _check_frotz_state(state: Any, frotz: Any) -> None:
 
 
 class TextWorldEnv(TextEnv):
-    """TextWorld games of one type and difficulty, generated offline from fixed per-split seeds.
+    """TextWorld games of one type and difficulty, generated offline; no game is in two splits.
 
     Args:
         game_type: ``"coin_collector"``, ``"treasure_hunter"``, ``"cooking"`` or ``"custom"``.
         difficulty: the level (coin_collector 1-300, treasure_hunter 1-30, cooking 1-4, custom 1-10).
-        split: ``"train"``, ``"valid"`` or ``"test"`` (disjoint seeds; cooking also uses its own food splits).
+        split: ``"train"``, ``"valid"`` or ``"test"`` (disjoint by content, see :mod:`.games`; cooking also uses its
+            own food splits).
         max_tasks: keep only the first ``max_tasks`` ids of the split (small curricula, CI); ``None`` keeps all.
         render_mode: ``"ansi"``, ``"human"`` or ``None``.
 
