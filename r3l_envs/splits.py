@@ -1,7 +1,7 @@
 """Splits of procedural task sources: task-id sequences, and the rule that keeps splits disjoint by content.
 
 Seeds alone do not make splits disjoint: two seeds can give the same puzzle or the same map, and with a small
-task space most test seeds do (Countdown with 3 numbers <= 10 had 98.8 % of its test puzzles in train). So a
+task space most test seeds do (Countdown with 3 numbers <= 10 had all its 1,000 test puzzles in train). So a
 generated task belongs to a split by *what the agent sees* of it, its content key, never by its seed:
 
 * every env defines a content key per task (a JSON-able value: Countdown's numbers and target, a TextWorld

@@ -8,9 +8,15 @@ shipped in the ``champ-dataset`` package; GSM8K, MATH-500 and OlympiadBench read
 Splits:
 
 * ``Countdown``: ``train`` / ``valid`` / ``test`` (100 000 / 1 000 / 1 000 tasks unless ``num_tasks``), ids
-  ``countdown-<split>-NNNNNN``, puzzle seeded by ``r3l-countdown/<split>/<index>``.
-* ``GSMSymbolic``: ``train`` / ``valid`` / ``test`` (10 000 / 500 / 500), reasoning-gym seeds 0 / 10**8 /
-  2*10**8 (item ``i`` uses ``Random(seed + i)``, so the splits never share a generator seed).
+  ``countdown-<split>-NNNNNN``. The procedural splits are disjoint by content (:mod:`r3l_envs.splits`): a
+  puzzle (its numbers as a multiset, and its target) belongs to one split only, and task ``i`` is the first
+  puzzle seeded by ``r3l-countdown/<split>/<i>``, ``.../<i>/1``, ``.../<i>/2``, ... that belongs to its split.
+  Small configurations have few distinct puzzles, and a split repeats them: with 3 numbers <= 10 there are
+  about 2,800 in all (about 2,200 train, 280 valid, 270 test); with 4 numbers <= 100, over 100,000.
+* ``GSMSymbolic``: ``train`` / ``valid`` / ``test`` (10 000 / 500 / 500), disjoint by question text. Task ``i``
+  is reasoning-gym's item ``i`` of the split's dataset (seeds 0 / 10**8 / 2*10**8) if its question belongs to
+  the split, else the first of ``i``'s further candidates (one-item datasets with seeds from
+  :func:`r3l_envs.splits.candidate_seed`) whose question does.
 * ``CHAMP``: ``all`` (the 270 problems), and a fixed partition of them: ``test`` holds every 5th problem of
   each category (``P_<category>_<n>`` with ``n % 5 == 0``: 54 problems), ``train`` the other 216.
 * ``GSM8K``: ``train`` / ``test`` (``train.jsonl`` / ``test.jsonl``); ``MATH500``: ``test``;
@@ -30,8 +36,8 @@ from typing import Any, ClassVar
 from r3l_envs.errors import UnknownTaskError
 from r3l_envs.math import datafiles, grading
 from r3l_envs.math.answers import ANSWER_FORMATS, extract_answer, extract_expression, strip_math_delimiters
-from r3l_envs.math.countdown import check_expression, generate_puzzle
-from r3l_envs.splits import NumberedIds
+from r3l_envs.math.countdown import CountdownPuzzle, check_expression, generate_puzzle
+from r3l_envs.splits import NumberedIds, candidate_seed, pick_in_split
 
 __all__ = [
     "ChampSource",
@@ -43,6 +49,7 @@ __all__ = [
     "OlympiadBenchSource",
     "Outcome",
     "TaskSource",
+    "countdown_content",
 ]
 
 _BOXED_HINT = "Reason step by step, then put your final answer in \\boxed{}."
@@ -137,11 +144,12 @@ class CountdownSource(_NumberedSource):
         super().__init__(split, num_tasks)
         self.num_numbers, self.max_number = int(num_numbers), int(max_number)
 
+    def puzzle(self, index: int) -> CountdownPuzzle:
+        """The puzzle of task ``index``: the first of its candidate seeds whose puzzle lies in this split."""
+        return _countdown_puzzle(self.split, index, self.num_numbers, self.max_number)
+
     def task(self, task_id: str) -> MathTask:
-        index = self._index(task_id)
-        puzzle = generate_puzzle(
-            f"r3l-countdown/{self.split}/{index}", num_numbers=self.num_numbers, max_number=self.max_number
-        )
+        puzzle = self.puzzle(self._index(task_id))
         numbers = ", ".join(map(str, puzzle.numbers))
         problem = (
             f"Using the numbers {numbers}, write an arithmetic expression that equals {puzzle.target}. "
@@ -156,6 +164,22 @@ class CountdownSource(_NumberedSource):
         verdict = check_expression(expression, task.payload.numbers, task.payload.target)
         status = "ok" if verdict.value is not None else "invalid"
         return Outcome(expression, verdict.correct, status, verdict.message)
+
+
+def countdown_content(puzzle: CountdownPuzzle) -> dict[str, Any]:
+    """A Countdown puzzle's content key: its numbers (in any order) and its target; not its solution."""
+    return {"numbers": sorted(puzzle.numbers), "target": puzzle.target}
+
+
+@lru_cache(maxsize=4096)
+def _countdown_puzzle(split: str, index: int, num_numbers: int, max_number: int) -> CountdownPuzzle:
+    def draw(attempt: int) -> CountdownPuzzle:
+        # Candidate 0 keeps version 0.1's seed, so most tasks keep their puzzle.
+        seed = f"r3l-countdown/{split}/{index}" + (f"/{attempt}" if attempt else "")
+        return generate_puzzle(seed, num_numbers=num_numbers, max_number=max_number)
+
+    what = f"Countdown(num_numbers={num_numbers}, max_number={max_number}) {split} task {index}"
+    return pick_in_split(split, draw, countdown_content, what=what)[1]
 
 
 class GSMSymbolicSource(_NumberedSource):
@@ -182,8 +206,22 @@ class GSMSymbolicSource(_NumberedSource):
                 )
             return self._dataset
 
+    def entry(self, index: int) -> dict[str, Any]:
+        """reasoning-gym's entry of task ``index``: the first of its candidates whose question is in this split."""
+
+        def draw(attempt: int) -> dict[str, Any]:
+            if attempt == 0:
+                return self._data()[index]
+            import reasoning_gym
+
+            seed = candidate_seed("gsm_symbolic", self.split, index, attempt)
+            return reasoning_gym.create_dataset("gsm_symbolic", seed=seed, size=1)[0]
+
+        what = f"GSMSymbolic {self.split} task {index}"
+        return pick_in_split(self.split, draw, lambda entry: entry["question"], what=what)[1]
+
     def task(self, task_id: str) -> MathTask:
-        entry = self._data()[self._index(task_id)]
+        entry = self.entry(self._index(task_id))
         gold = str(entry["answer"])
         return MathTask(task_id, entry["question"], gold, (gold,), entry)
 

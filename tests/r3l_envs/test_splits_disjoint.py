@@ -102,3 +102,47 @@ def test_textworld_built_games_lie_in_their_split(tmp_path, monkeypatch):
     for split in ("train", "valid", "test"):
         path = build_game(GameSpec("coin_collector", 2, split, 0))
         assert split_of(game_content(Game.load(str(path.with_suffix(".json"))))) == split
+
+
+# ---------------------------------------------------------------------- Countdown and GSM-Symbolic
+def _countdown_keys(split: str, count: int, **config) -> set[tuple]:
+    """Each task's puzzle as the agent sees it: its numbers (in any order) and its target."""
+    from r3l_envs.math.sources import CountdownSource
+
+    source = CountdownSource(split, num_tasks=count, **config)
+    puzzles = [source.task(task_id).payload for task_id in source.task_ids]
+    return {(tuple(sorted(p.numbers)), p.target) for p in puzzles}
+
+
+def test_countdown_test_puzzles_are_never_train_puzzles():
+    """With 3 numbers <= 10, every one of the 1,000 test puzzles was a train puzzle before (by content)."""
+    config = {"num_numbers": 3, "max_number": 10}
+    train, valid, test = (
+        _countdown_keys(s, n, **config) for s, n in (("train", 20_000), ("valid", 1_000), ("test", 1_000))
+    )
+    assert len(train) > 1_500 and len(test) > 150  # ~2,200 and ~270 distinct puzzles exist in these shares
+    assert not train & test and not train & valid and not valid & test
+
+
+def test_countdown_default_config_splits_are_disjoint_and_mostly_unchanged():
+    from r3l_envs.math.countdown import generate_puzzle
+    from r3l_envs.math.sources import CountdownSource
+
+    assert not _countdown_keys("train", 3_000) & _countdown_keys("test", 1_000)
+    train = CountdownSource("train")
+    kept = sum(train.puzzle(i) == generate_puzzle(f"r3l-countdown/train/{i}") for i in range(500))
+    assert 350 < kept < 450  # ~80 %: a train task keeps its 0.1 puzzle when that puzzle is in train's share
+
+
+def test_gsm_symbolic_test_questions_are_never_train_questions():
+    """Before, 10 of the 500 test questions (and 11 valid ones) were also train questions."""
+    pytest.importorskip("reasoning_gym")
+    from r3l_envs.math.sources import GSMSymbolicSource
+
+    def questions(split: str) -> set[str]:
+        source = GSMSymbolicSource(split)
+        return {source.task(task_id).problem for task_id in source.task_ids}
+
+    train, valid, test = questions("train"), questions("valid"), questions("test")
+    assert len(train) > 9_000 and len(test) > 450
+    assert not train & test and not train & valid and not valid & test
