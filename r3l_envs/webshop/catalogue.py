@@ -72,7 +72,9 @@ def _build_generated(num_products: int, seed: int):
                 yield product
 
         def goals():
-            for index, goal in enumerate(generate.generate_goals(iter(goal_rng_products), seed)):
+            for index, goal in enumerate(
+                generate.generate_goals(iter(goal_rng_products), seed, generated_splits(num_products))
+            ):
                 goal_rng_products[index] = None  # type: ignore[call-overload]  # free as we go
                 yield {**goal, "product_index": index}
 

@@ -5,20 +5,35 @@ attributes, option groups, prices (some as ranges, as in WebShop), ratings, desc
 reviews. Goal ``g`` targets product ``g``: a few of its attributes, one value of each of its option groups, and
 a budget drawn by WebShop's rule (two of the next four multiples of $10 above the price, the larger one), in
 WebShop's instruction phrasing. Every goal is achievable: its product has all of it.
+
+Goal splits are disjoint by content (:mod:`r3l_envs.splits`): the agent sees a goal's instruction only, so an
+instruction text belongs to one split, and goal ``g`` is the first of its product's candidate goals whose
+instruction belongs to the split that holds index ``g``. Candidate 0 is version 1's goal (most goals keep it);
+further candidates re-draw attributes, options, phrasing and budget for the same product.
 """
 
 from __future__ import annotations
 
+import functools
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+from r3l_envs.splits import pick_in_split
 from r3l_envs.webshop.vocab import BRAND_HEADS, BRAND_TAILS, OPTION_POOLS, TITLE_TAILS, ProductType, product_types
 
-__all__ = ["GENERATOR_VERSION", "generate_goals", "generate_products", "make_asin", "price_upper_for"]
+__all__ = [
+    "GENERATOR_VERSION",
+    "generate_goals",
+    "generate_products",
+    "goal_content",
+    "make_asin",
+    "price_upper_for",
+]
 
 #: Bump when generated content changes: it is part of the cache key and of every checkpoint's identity.
-GENERATOR_VERSION = 1
+#: 2: goal splits disjoint by instruction text (version 1 had 6 of 500 test instructions among train's).
+GENERATOR_VERSION = 2
 
 #: WebShop's budgets: multiples of $10 up to $990.
 PRICE_RANGE = tuple(10.0 * i for i in range(1, 100))
@@ -164,9 +179,36 @@ def _goal(product: dict[str, Any], kind_name: str, rng: random.Random) -> dict[s
     }
 
 
-def generate_goals(products: Iterator[dict[str, Any]], seed: int) -> Iterator[dict[str, Any]]:
-    """Yield one goal per product (goal ``g`` targets product ``g``), deterministic in ``seed``."""
+def goal_content(goal: Mapping[str, Any]) -> str:
+    """A goal's content key for splits: its instruction, all the agent is told of it."""
+    return goal["instruction"]
+
+
+def generate_goals(
+    products: Iterator[dict[str, Any]], seed: int, splits: Mapping[str, tuple[int, int]]
+) -> Iterator[dict[str, Any]]:
+    """Yield one goal per product (goal ``g`` targets product ``g``), deterministic in ``seed``.
+
+    Args:
+        products: the catalogue's products, in order.
+        seed: the catalogue's seed.
+        splits: split name -> ``(first, end)`` goal indices; every goal index must lie in one of them.
+
+    Raises:
+        SplitExhaustedError: a product has no candidate goal whose instruction lies in its goal's split.
+    """
     rng = random.Random(f"webshop-goals-{seed}")
     names = {kind.query: kind.name for kind in product_types()}
-    for product in products:
-        yield _goal(product, names[product["query"]], rng)
+    for index, product in enumerate(products):
+        name = names[product["query"]]
+        first = _goal(product, name, rng)  # drawn from the stream for every goal, so candidate 0 stays version 1's
+        split = next((s for s, (lo, hi) in splits.items() if lo <= index < hi), None)
+        if split is None:
+            raise ValueError(f"goal {index} lies in none of the splits {dict(splits)}")
+        draw = functools.partial(_candidate_goal, product=product, name=name, first=first, stem=f"{seed}/{index}")
+        yield pick_in_split(split, draw, goal_content, what=f"WebShop goal {index} (seed {seed}, {split})")[1]
+
+
+def _candidate_goal(attempt: int, *, product: dict[str, Any], name: str, first: dict[str, Any], stem: str) -> Any:
+    """Candidate ``attempt`` of a product's goal: ``first`` (the stream's draw), then draws of their own."""
+    return first if attempt == 0 else _goal(product, name, random.Random(f"webshop-goals-{stem}/{attempt}"))

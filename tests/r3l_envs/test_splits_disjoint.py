@@ -146,3 +146,20 @@ def test_gsm_symbolic_test_questions_are_never_train_questions():
     train, valid, test = questions("train"), questions("valid"), questions("test")
     assert len(train) > 9_000 and len(test) > 450
     assert not train & test and not train & valid and not valid & test
+
+
+# ---------------------------------------------------------------------- WebShop goals
+def test_webshop_test_goals_are_never_train_goals(tmp_path, monkeypatch):
+    """The default generated catalogue had 6 of its 500 test instructions among its train instructions."""
+    from r3l_envs.webshop.catalogue import open_catalogue
+
+    monkeypatch.setenv("R3L_CACHE_DIR", str(tmp_path))
+    catalogue = open_catalogue("generated", num_products=10_000, seed=0)
+
+    def instructions(split: str) -> set[str]:
+        first, end = catalogue.splits[split]
+        return {catalogue.goals[g]["instruction"] for g in range(first, end)}
+
+    train, valid, test = instructions("train"), instructions("valid"), instructions("test")
+    assert len(test) > 490 and len(valid) > 980 and len(train) > 8_000  # a few repeats within a split are allowed
+    assert not train & test and not train & valid and not valid & test
