@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 #: config fields that may change between a run and its resumption (everything else must match)
 RESUMABLE_CHANGES = frozenset(
     {"steps", "eval_every", "eval_episodes", "eval_before", "progress", "checkpoint_every", "save_final"}
+    | {"prompt_cache_mb"}  # changes scores by float rounding only
     | {"ray", "ray_workers", "ray_cpus", "ray_memory_mb"}  # where envs run never changes what they return
 )
 
@@ -130,6 +131,9 @@ class TrainConfig:
     lora_rank: int = _f(0, "> 0: train LoRA adapters of this rank instead of every weight (needs peft)")
     lora_alpha: float = _f(16.0, "LoRA scaling numerator")
     logprob_chunk: int = _f(1024, "LM-head positions per chunk")
+    prompt_cache_mb: int = _f(
+        2048, "KV memory kept to score a multi-turn episode's turn on its previous prompt's cache (hf); 0: off"
+    )
     # evaluation (held-out split, fixed temperature)
     eval_every: int = _f(10, "steps between evals; 0: only before and after training")
     eval_episodes: int = _f(16, "held-out episodes per eval (the same ones each time); 0: no evals")
@@ -168,7 +172,8 @@ class TrainConfig:
         for name in ("steps", "tasks_per_step", "micro_batch_size", "max_new_tokens", "eval_batch_size"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("eval_every", "eval_episodes", "checkpoint_every", "lora_rank", "keep_checkpoints"):
+        nonnegative = ("eval_every", "eval_episodes", "checkpoint_every", "lora_rank", "keep_checkpoints")
+        for name in (*nonnegative, "prompt_cache_mb"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.lr > 0:

@@ -35,6 +35,7 @@ from r3l_learn.device import resolve_autocast
 from r3l_learn.errors import R3LLearnError
 from r3l_learn.evaluate import EvalSummary, evaluate
 from r3l_learn.metrics import MetricsLogger
+from r3l_learn.prompt_cache import PromptCache
 from r3l_learn.train_setup import (
     TaskStream,
     connect_ray,
@@ -185,6 +186,8 @@ def _build(config: TrainConfig) -> _Run:
     torch.manual_seed(config.seed)
     policy = load_train_policy(config)
     policy.autocast = autocast  # rollouts, evals and self-reflection compute like the training forward pass
+    if hasattr(policy, "prompt_cache"):
+        policy.prompt_cache = PromptCache(config.prompt_cache_mb << 20)
     trainable = [p for p in policy.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay)
     ref_fn = reference_fn(config, policy.model, loss.needs_reference)
@@ -290,15 +293,16 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
     """Collect the step's groups, turn them into rows, update, log (callbacks included); stop after too many
     non-finite steps in a row."""
     config = run.config
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     run.model.eval()
     groups = run.builder.collect(run.stream.take(config.tasks_per_step), seed=config.seed * 100_003 + step)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     rows = rows_from_groups(groups, run.algo, hyper=run.hyper)
     with interrupts.critical():  # a Ctrl-C here waits until the step is applied and logged
         upd, grad_norm, ok = _update(run, rows)
         run.completed, run.cursor = step + 1, run.stream.cursor
-        metrics = _step_metrics(groups, run.algo, upd, grad_norm, ok, (t0, t1, time.perf_counter()))
+        times = (t0, t1, time.perf_counter()), (c0, c1, time.process_time())
+        metrics = _step_metrics(groups, run.algo, upd, grad_norm, ok, times)
         own = dict(metrics)
         for callback in on_step:
             extra = callback(StepInfo(run.completed, groups, dict(own))) or {}
@@ -397,6 +401,7 @@ def _is_math(env_id: str) -> bool:
 
 
 def _eval(config: TrainConfig, policy: Any, step: int, log: MetricsLogger) -> EvalSummary:
+    wall, cpu = time.perf_counter(), time.process_time()
     summary, trajs = evaluate(
         config.env,
         policy,
@@ -410,6 +415,7 @@ def _eval(config: TrainConfig, policy: Any, step: int, log: MetricsLogger) -> Ev
     )
     metrics = {"eval/success_rate": summary.success_rate, "eval/mean_score": summary.mean_score}
     metrics["eval/mean_reward"] = summary.mean_reward
+    metrics["eval/wall_s"], metrics["eval/cpu_s"] = time.perf_counter() - wall, time.process_time() - cpu
     if _is_math(config.env):  # pass@1 is the first attempt; success_rate is "solved within k attempts"
         metrics["eval/first_attempt_success"] = statistics.fmean(_first_attempt_won(t) for t in trajs)
     log.log(step, metrics)
@@ -421,12 +427,14 @@ def _first_attempt_won(traj: Trajectory) -> float:
 
 
 def _step_metrics(
-    groups: list[TrajectoryGroup], algo: Algorithm, upd: Any, grad_norm: float, ok: bool, times: tuple[float, ...]
+    groups: list[TrajectoryGroup], algo: Algorithm, upd: Any, grad_norm: float, ok: bool, times: tuple[tuple, tuple]
 ) -> dict[str, Any]:
-    """What one step logs: the groups' rewards and retry statistics, the loss parts, and where the time went."""
+    """What one step logs: the groups' rewards and retry statistics, the loss parts, and where the time went
+    (``times``: wall and process CPU clocks at the step's start, after collection and after the update; CPU
+    seconds count every thread, and are what a loaded machine does not inflate)."""
     trajs = [t for g in groups for t in g.trajectories]
     bases = [t for t in trajs if t.kind == "base"]
-    start, collected, updated = times
+    (start, collected, updated), (cpu_start, cpu_collected, cpu_updated) = times
     # a retry's turns before its pivot are the base's, reused: they cost no generation
     generated = sum(len(turn.token_ids) for t in trajs for turn in t.turns[t.pivot or 0 :])
     out: dict[str, Any] = {
@@ -445,6 +453,8 @@ def _step_metrics(
         "speed/generated_tokens": generated,
         "speed/collect_s": collected - start,
         "speed/update_s": updated - collected,
+        "speed/collect_cpu_s": cpu_collected - cpu_start,
+        "speed/update_cpu_s": cpu_updated - cpu_collected,
         "speed/generated_tokens_per_s": generated / max(collected - start, 1e-9),
         "speed/train_tokens_per_s": upd.tokens / max(updated - collected, 1e-9),
     }

@@ -135,6 +135,8 @@ class TextWorldEnv(TextEnv):
         split: ``"train"``, ``"valid"`` or ``"test"`` (disjoint by content, see :mod:`.games`; cooking also uses its
             own food splits).
         max_tasks: keep only the first ``max_tasks`` ids of the split (small curricula, CI); ``None`` keeps all.
+        banner: keep TextWorld's ASCII-art title at the top of the first observation (off by default: ~400 tokens
+            of every prompt that tell the agent nothing).
         render_mode: ``"ansi"``, ``"human"`` or ``None``.
 
     The walkthrough is privileged: it is never in observations or infos; call :meth:`walkthrough`.
@@ -150,12 +152,13 @@ class TextWorldEnv(TextEnv):
         split: str = "train",
         max_tasks: int | None = None,
         render_mode: str | None = None,
+        banner: bool = False,
     ):
         super().__init__(split=split, render_mode=render_mode)
         GameSpec(game_type, difficulty, split, 0)  # validates the arguments, with a message naming the fix
         if max_tasks is not None and not (isinstance(max_tasks, int) and max_tasks >= 1):
             raise ValueError(f"max_tasks must be a positive int or None, got {max_tasks!r}")
-        self.game_type, self.difficulty = game_type, difficulty
+        self.game_type, self.difficulty, self.banner = game_type, difficulty, bool(banner)
         count = SPLIT_SIZES[split] if max_tasks is None else min(max_tasks, SPLIT_SIZES[split])
         self._ids = NumberedIds(f"tw-{game_type}-d{difficulty}-{split}-", count, width=5)
         self._tw: Any = None  # textworld.envs.wrappers.TWInform7 of the loaded game
@@ -179,7 +182,8 @@ class TextWorldEnv(TextEnv):
             state = self._tw.reset()
         self._best = 0.0
         self._last = self._info(state)
-        return _clean(state.feedback), state["objective"], dict(self._last)
+        intro = _clean(state.feedback)
+        return intro if self.banner else _without_banner(intro), state["objective"], dict(self._last)
 
     def _act(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         command, refusal = self._engine_command(action)
@@ -376,6 +380,15 @@ def _loaded_game(json_path: Path) -> Any:
 def _clean(feedback: str) -> str:
     """The game's text without the input prompt and the status line that follow it."""
     return _PROMPT_TAIL.sub("", feedback).strip()
+
+
+def _without_banner(intro: str) -> str:
+    """The first observation without TextWorld's ASCII-art title: its lines hold no letter or digit, and they cost
+    ~400 tokens of every prompt (SmolLM2's tokenizer) while telling the agent nothing."""
+    lines = intro.splitlines()
+    while lines and not any(c.isalnum() for c in lines[0]):
+        lines.pop(0)
+    return "\n".join(lines).strip()
 
 
 # ---------------------------------------------------------------------- logic objects in checkpoints

@@ -212,3 +212,16 @@ def test_envs_reset_concurrently_from_threads():
     assert [info["task_id"] for _, info in results] == task_ids
     for env in envs:
         env.close()
+
+
+@pytest.mark.parametrize("banner", [False, True])
+def test_the_title_banner_is_left_out_unless_asked_for(banner):
+    env = make("coin_collector", banner=banner)
+    try:
+        obs, info = env.reset(options={"task_id": first_task(env)})
+        art = "$$$$" in obs
+        assert art == banner
+        assert info["task"] in obs and obs.splitlines()[0].strip()  # the objective is kept, no blank start
+        assert banner or any(c.isalnum() for c in obs.splitlines()[0])
+    finally:
+        env.close()
