@@ -83,6 +83,7 @@ def pick_in_split(
     content_of: Callable[[T], Any],
     *,
     what: str,
+    valid: Callable[[T], bool] | None = None,
     shares: Mapping[str, float] = SPLIT_SHARES,
     max_draws: int = MAX_DRAWS,
 ) -> tuple[int, T]:
@@ -94,9 +95,11 @@ def pick_in_split(
             candidate (e.g. an unsolvable game); failed candidates count towards ``max_draws``.
         content_of: the candidate's content key (JSON-able; see :func:`split_of`).
         what: names the task in the error message (e.g. ``"Countdown(num_numbers=3) test task 7"``).
+        valid: an expensive check (e.g. a planner) run only on candidates in ``split``; a candidate it refuses
+            counts as failed.
 
     Raises:
-        SplitExhaustedError: no candidate among ``max_draws`` has content in ``split``.
+        SplitExhaustedError: no candidate among ``max_draws`` has content in ``split`` (and passes ``valid``).
     """
     if split not in shares:
         raise ValueError(f"split must be one of {list(shares)}, got {split!r}")
@@ -108,11 +111,14 @@ def pick_in_split(
             failed += 1
             continue
         content = content_of(candidate)
-        if split_of(content, shares) == split:
+        if split_of(content, shares) != split:
+            seen.add(content_digest(content))
+        elif valid is None or valid(candidate):
             return attempt, candidate
-        seen.add(content_digest(content))
+        else:
+            failed += 1
     raise SplitExhaustedError(
-        f"{what}: none of {max_draws} candidates has content in split {split!r} ({len(seen)} distinct contents "
+        f"{what}: none of {max_draws} candidates is a task of split {split!r} ({len(seen)} distinct contents "
         f"drawn, all in other splits; {failed} failed candidates). This configuration has too few distinct tasks "
         f"for a {split!r} split disjoint from the others: choose a larger configuration."
     )

@@ -10,15 +10,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from r3l_envs.cache import build_dir_once, cache_root
 from r3l_envs.errors import DataNotFoundError, MalformedDataError
-from r3l_envs.splits import NumberedIds
+from r3l_envs.splits import NumberedIds, pick_in_split
 
 __all__ = [
     "GENERATED_SPLITS",
     "OFFICIAL_SPLITS",
+    "choose_task",
     "generated_game",
     "generated_ids",
     "official_games",
@@ -32,8 +35,9 @@ GENERATED_SPLITS = {"train": 10_000, "valid": 500, "test": 500}
 _SPLIT_SEED_OFFSET = {"train": 0, "valid": 1_000_000, "test": 2_000_000}
 #: Official split name -> folder under json_2.1.1 and its size in the official release.
 OFFICIAL_SPLITS = {"train": ("train", 3553), "valid_seen": ("valid_seen", 140), "valid_unseen": ("valid_unseen", 134)}
-_GENERATOR_VERSION = 1
-_VERIFY_ATTEMPTS = 8
+# 2: splits disjoint by content (version 1 chose tasks by seed alone: 1 of 500 test tasks was a train task).
+_GENERATOR_VERSION = 2
+_VERIFY_ATTEMPTS = 8  # unsolvable candidates (in the split) before giving up on a task
 
 
 def generated_ids(split: str) -> NumberedIds:
@@ -53,39 +57,57 @@ def generated_game(split: str, index: int) -> Path:
     return folder / "trial_00000" / "game.tw-pddl"
 
 
-def _write_verified(split: str, index: int, out: Path) -> None:
-    from r3l_envs.alfworld.generator import TASK_TYPES, generate_task
+def choose_task(split: str, index: int, valid: Callable[[Any], bool] | None = None) -> Any:
+    """The :class:`~r3l_envs.alfworld.generator.GeneratedTask` of generated task ``index`` of ``split``: the first
+    candidate whose content lies in the split (:mod:`r3l_envs.splits`) and passes ``valid`` (for the build: the
+    planner's plan wins), so the planner only meets candidates of the split."""
+    from r3l_envs.alfworld.generator import TASK_TYPES, generate_task, task_content
 
     task_type = TASK_TYPES[index % len(TASK_TYPES)]
+    return pick_in_split(
+        split,
+        lambda attempt: generate_task(task_type, _SPLIT_SEED_OFFSET[split] + index + 10_000_000 * attempt),
+        task_content,
+        what=f"generated ALFWorld {split} task {index} ({task_type})",
+        valid=valid,
+    )[1]
+
+
+def _write_verified(split: str, index: int, out: Path) -> None:
+    unsolvable, plan = 0, None
+
+    def solvable(task: Any) -> bool:
+        nonlocal unsolvable, plan
+        plan = _planner_wins(_game(task))
+        if plan is None:
+            unsolvable += 1
+            logger.info("generated %s task %s/%d: a candidate is not solvable; next one", task.task_type, split, index)
+            if unsolvable >= _VERIFY_ATTEMPTS:
+                raise RuntimeError(f"could not generate a solvable {task.task_type} game for {split}/{index}")
+        return plan is not None
+
+    task = choose_task(split, index, valid=solvable)
+    traj = {
+        "task_type": task.task_type,
+        "pddl_params": task.pddl_params,
+        "scene": {"floor_plan": f"FloorPlan{task.scene}"},
+        "turk_annotations": {"anns": [{"task_desc": task.goal}]},
+        "source": "generated",
+    }
     trial = out / "trial_00000"
     trial.mkdir()
-    for attempt in range(_VERIFY_ATTEMPTS):
-        seed = _SPLIT_SEED_OFFSET[split] + index + 10_000_000 * attempt
-        task = generate_task(task_type, seed)
-        game = {
-            "pddl_domain": _logic_file("alfred.pddl"),
-            "grammar": _logic_file("alfred.twl2").replace("UNKNOWN GOAL", task.goal),
-            "pddl_problem": task.pddl_problem,
-            "solvable": True,
-        }
-        plan = _planner_wins(game)
-        if plan is None:
-            logger.info(
-                "generated %s task %s/%d attempt %d is not solvable; retrying", task_type, split, index, attempt
-            )
-            continue
-        game["walkthrough"] = plan
-        traj = {
-            "task_type": task_type,
-            "pddl_params": task.pddl_params,
-            "scene": {"floor_plan": f"FloorPlan{task.scene}"},
-            "turk_annotations": {"anns": [{"task_desc": task.goal}]},
-            "source": "generated",
-        }
-        (trial / "game.tw-pddl").write_text(json.dumps(game))
-        (trial / "traj_data.json").write_text(json.dumps(traj, indent=1))
-        return
-    raise RuntimeError(f"could not generate a solvable {task_type} game for {split}/{index}")
+    (trial / "game.tw-pddl").write_text(json.dumps({**_game(task), "walkthrough": plan}))
+    (trial / "traj_data.json").write_text(json.dumps(traj, indent=1))
+
+
+def _game(task: Any) -> dict[str, Any]:
+    """The ``.tw-pddl`` content of a generated task (without its walkthrough)."""
+    return {
+        "pddl_domain": _logic_file("alfred.pddl"),
+        "grammar": _logic_file("alfred.twl2").replace("UNKNOWN GOAL", task.goal),
+        "pddl_problem": task.pddl_problem,
+        "solvable": True,
+    }
 
 
 def _planner_wins(game: dict) -> list[str] | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TASK_TYPES", "GeneratedTask", "generate_task"]
+__all__ = ["TASK_TYPES", "GeneratedTask", "generate_task", "task_content"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,23 @@ class GeneratedTask:
     scene: int
     pddl_params: dict[str, Any]
     pddl_problem: str
+    placements: tuple[tuple[str, str], ...] = ()  # (object class, receptacle THOR id) per object instance, sorted
+
+
+def task_content(task: GeneratedTask) -> dict[str, Any]:
+    """What the agent can see of a generated task: its content key for splits (:mod:`r3l_envs.splits`).
+
+    The floor plan (its receptacles), the task's type and targets, and which receptacle holds how many objects
+    of each class. Left out, so that games differing only there share a key (and a split): the goal's wording
+    (one of the task type's templates), the objects' THOR coordinates and the agent's start location, which
+    the text game does not show.
+    """
+    return {
+        "task_type": task.task_type,
+        "scene": task.scene,
+        "params": task.pddl_params,
+        "placements": [list(p) for p in task.placements],
+    }
 
 
 def _constants() -> Any:
@@ -167,7 +184,8 @@ def _try_scene(task_type: str, number: int, rng: random.Random) -> GeneratedTask
             instances.append((f"{cls}|{xyz}", rng.choice(spots)))
     problem = _problem(task_type, params, receps, poses, instances, rng)
     goal = _goal_text(task_type, params, rng)
-    return GeneratedTask(task_type, goal, number, params, problem)
+    placements = tuple(sorted((thor_id.split("|")[0], recep) for thor_id, recep in instances))
+    return GeneratedTask(task_type, goal, number, params, problem, placements)
 
 
 def _location(pose: list[float]) -> str:

@@ -42,6 +42,18 @@ def test_pick_in_split_takes_the_first_candidate_of_the_split():
     assert candidate_seed("x", "test", 3, 1) == candidate_seed("x", "test", 3, 1) != candidate_seed("x", "test", 3, 2)
 
 
+def test_pick_in_split_runs_the_validity_check_only_on_candidates_of_the_split():
+    checked: list[int] = []
+
+    def valid(a: int) -> bool:  # refuses the first candidate of the split, like an unsolvable game
+        checked.append(a)
+        return len(checked) > 1
+
+    attempt, value = pick_in_split("train", lambda a: a, lambda a: ["v", a], what="v", valid=valid)
+    assert value == attempt == checked[-1] and len(checked) == 2
+    assert all(split_of(["v", a]) == "train" for a in checked)
+
+
 def test_a_split_without_content_is_a_clear_error_not_a_repeat():
     in_train = [c for c in (["tiny", i] for i in range(50)) if split_of(c) == "train"][:3]
     with pytest.raises(
@@ -163,3 +175,18 @@ def test_webshop_test_goals_are_never_train_goals(tmp_path, monkeypatch):
     train, valid, test = instructions("train"), instructions("valid"), instructions("test")
     assert len(test) > 490 and len(valid) > 980 and len(train) > 8_000  # a few repeats within a split are allowed
     assert not train & test and not train & valid and not valid & test
+
+
+# ---------------------------------------------------------------------- ALFWorld (generated)
+def test_alfworld_generated_test_tasks_are_never_train_tasks():
+    """Before, 1 of the 500 test tasks had the layout, type and targets of one of the 10,000 train tasks."""
+    pytest.importorskip("alfworld")
+    from r3l_envs.alfworld.games import choose_task
+    from r3l_envs.alfworld.generator import task_content
+
+    def contents(split: str, count: int) -> set[str]:
+        return {content_digest(task_content(choose_task(split, i))) for i in range(count)}
+
+    train, test = contents("train", 1_500), contents("test", 300)
+    assert len(train) == 1_500 and len(test) == 300
+    assert not train & test
