@@ -16,6 +16,7 @@ import gymnasium as gym
 from wrappers.collector import Collector
 from wrappers.data import TrajectoryGroup
 from wrappers.envops import as_collector
+from wrappers.expert import expert_plans, expert_rollouts, require_expert
 from wrappers.policy import Policy
 from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
 from wrappers.reflection import Reflector
@@ -33,15 +34,20 @@ class GroupBuilder(Protocol):
 
 
 class PlainGroups:
-    """``group_size`` independent rollouts per task, all tasks' episodes batched together.
+    """``group_size`` independent rollouts per task, all tasks' episodes batched together; with ``expert_demos``
+    ``k``, ``group_size - k`` rollouts and ``k`` trajectories that play the env's expert plan as the agent
+    (:mod:`wrappers.expert`, ``kind == "expert"``, last in the group): the privileged control for R³L with the
+    oracle reflector, at the same budget of ``group_size`` trajectories per task.
 
     Args:
         env: a registered env id (made with ``env_kwargs``) or a zero-argument env factory (both run in a
             :class:`LocalCollector` with ``rollout.env_workers`` threads), or a :class:`wrappers.collector.Collector`
             (the caller closes it).
-        policy: plays every episode.
-        group_size: rollouts per task.
+        policy: plays every episode (and scores the expert replies).
+        group_size: trajectories per task.
         rollout: how episodes are played.
+        expert_demos: expert trajectories per task, in ``[0, group_size)``; > 0 needs an env with an expert plan
+            (:class:`wrappers.expert.NoExpertPlanError` otherwise).
     """
 
     def __init__(
@@ -52,21 +58,54 @@ class PlainGroups:
         group_size: int = 8,
         rollout: RolloutConfig | None = None,
         env_kwargs: dict[str, Any] | None = None,
+        expert_demos: int = 0,
     ):
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
-        self.policy, self.group_size = policy, group_size
+        if not 0 <= expert_demos < group_size:
+            raise ValueError(
+                f"expert_demos must be in [0, group_size) = [0, {group_size}) so that every group keeps a policy "
+                f"rollout, got {expert_demos}"
+            )
+        self.policy, self.group_size, self.expert_demos = policy, group_size, expert_demos
         self.rollout = rollout or RolloutConfig()
         self.collector, self._owns_collector = as_collector(env, env_kwargs, self.rollout.env_workers)
+        self._plans: dict[str, list[str]] = {}  # each task's expert plan, asked once
+        if expert_demos:
+            try:
+                require_expert(self.collector)
+            except BaseException:
+                self.close()
+                raise
 
     def collect(self, task_ids: Sequence[str], *, seed: int | None = None) -> list[TrajectoryGroup]:
-        jobs = [task for task in task_ids for _ in range(self.group_size)]
-        seeds = [None if seed is None else seed * 1_000_003 + i for i in range(len(jobs))]
-        trajs = rollout_batch(self.collector, self.policy, self.rollout, seeds=seeds, task_ids=jobs, seed=seed)
+        # member j of group g is job g * N + j (its reset seed): the policy's rollouts first, then the expert's
+        n, own = self.group_size, self.group_size - self.expert_demos
+        mine = [(task, g * n + j) for g, task in enumerate(task_ids) for j in range(own)]
+        theirs = [(task, g * n + j) for g, task in enumerate(task_ids) for j in range(own, n)]
+        trajs = rollout_batch(
+            self.collector, self.policy, self.rollout, seeds=_seeds(mine, seed), task_ids=_tasks(mine), seed=seed
+        )
+        if theirs:
+            todo = [t for t in dict.fromkeys(task_ids) if t not in self._plans]
+            if todo:
+                self._plans.update(expert_plans(self.collector, todo))
+            demos = expert_rollouts(
+                self.collector,
+                self.policy,
+                self.rollout,
+                task_ids=_tasks(theirs),
+                seeds=_seeds(theirs, seed),
+                plans=self._plans,
+                seed=seed,
+            )
         groups = []
         for g, task in enumerate(task_ids):
-            members = trajs[g * self.group_size : (g + 1) * self.group_size]
-            meta = {"group_size": self.group_size}
+            members = trajs[g * own : (g + 1) * own]
+            meta: dict[str, Any] = {"group_size": self.group_size}
+            if theirs:
+                members += demos[g * self.expert_demos : (g + 1) * self.expert_demos]
+                meta["expert_demos"] = self.expert_demos
             groups.append(TrajectoryGroup(env_id=members[0].env_id, task_id=task, trajectories=members, metadata=meta))
         return groups
 
@@ -74,6 +113,16 @@ class PlainGroups:
         """Close the env instances this builder made (a Collector passed in stays open: its maker closes it)."""
         if self._owns_collector:
             self.collector.close()
+
+
+def _seeds(jobs: Sequence[tuple[str, int]], seed: int | None) -> list[int | None]:
+    """The reset seeds of jobs ``(task, index)``: a function of the job's index in the step, so a member's episode
+    does not depend on how many expert demonstrations the group holds."""
+    return [None if seed is None else seed * 1_000_003 + i for _, i in jobs]
+
+
+def _tasks(jobs: Sequence[tuple[str, int]]) -> list[str]:
+    return [task for task, _ in jobs]
 
 
 def make_group_builder(
@@ -89,11 +138,20 @@ def make_group_builder(
     aux_samples: bool = True,
     fill: bool = True,
     env_kwargs: dict[str, Any] | None = None,
+    expert_demos: int = 0,
 ) -> GroupBuilder:
     """The group builder an algorithm asks for (see :class:`r3l_learn.algorithms.Algorithm`), on ``env``: an env id
-    (made with ``env_kwargs``) or the :class:`wrappers.collector.Collector` its envs live in."""
+    (made with ``env_kwargs``) or the :class:`wrappers.collector.Collector` its envs live in. ``expert_demos``
+    (plain groups only) puts that many expert trajectories in each group (:class:`PlainGroups`)."""
     if not reflect_retry:
-        return PlainGroups(env, policy, group_size=group_size, rollout=rollout, env_kwargs=env_kwargs)
+        return PlainGroups(
+            env, policy, group_size=group_size, rollout=rollout, env_kwargs=env_kwargs, expert_demos=expert_demos
+        )
+    if expert_demos:
+        raise ValueError(
+            "expert_demos puts expert trajectories into plain groups (grpo, raft, opmd): reflect-retry groups "
+            "(r3l) take the expert's knowledge through the oracle reflector instead; set expert_demos to 0"
+        )
     if reflector is None:
         raise ValueError("reflect-retry groups need a reflector (the policy itself, another model, or the oracle)")
     config = ReflectRetryConfig(

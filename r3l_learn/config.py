@@ -75,6 +75,11 @@ class TrainConfig:
     tasks_per_step: int = _f(4, "groups (tasks) per step; the paper uses 96")
     group_size: int = _f(8, "N, trajectories per task (the paper's 8); even for reflect-retry")
     fill: bool = _f(True, "top r3l groups up to N with extra bases, so budgets are equal across algorithms")
+    expert_demos: int = _f(
+        0,
+        "privileged control for the oracle reflector: per group, this many of the N trajectories play the env's "
+        "expert plan as the agent (kind 'expert'), the rest are policy rollouts; plain-group algorithms only",
+    )
     temperature: float = _f(1.0, f"sampling temperature of training rollouts ({_PAPER}: 1.0)")
     max_new_tokens: int = _f(256, "new tokens per agent turn")
     max_turns: int | None = _f(None, "turns per episode; None: the env's own limit")
@@ -169,6 +174,20 @@ class TrainConfig:
             problems.append(
                 f"group_size must be >= 2, and even for reflect-retry (N/2 bases + retries), got {self.group_size}"
             )
+        # plain groups: an algorithm without reflect-retry, or r3l with it ablated
+        plain = not reflects or (not unknown and not resolve_algorithm(self.algo, self.ablations).reflect_retry)
+        if not 0 <= self.expert_demos < self.group_size:
+            problems.append(f"expert_demos must be in [0, group_size={self.group_size}), got {self.expert_demos}")
+        elif self.expert_demos and not plain:
+            problems.append(
+                f"expert_demos goes into plain groups (grpo, raft, opmd); --algo {self.algo} builds reflect-retry "
+                "groups, which get the expert's knowledge through --reflector oracle instead"
+            )
+        elif self.expert_demos and not env_problem:
+            from r3l_envs import env_info
+
+            if not env_info(self.env).has_expert_plan:
+                problems.append(f"expert_demos needs an env with an expert plan; {self.env} declares none")
         for name in ("steps", "tasks_per_step", "micro_batch_size", "max_new_tokens", "eval_batch_size"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -221,6 +221,7 @@ def _open(run: _Run, collector: Collector | None) -> None:
         restart=run.algo.restart,
         aux_samples=run.algo.aux_samples,
         fill=config.fill,
+        expert_demos=config.expert_demos,
     )
     logger.info(
         "training %s with %s on %s (%s), out_dir %s", config.model, run.algo.name, config.env, run.algo, run.out

@@ -170,7 +170,8 @@ class Trajectory:
             ``prompt_ids`` and reply); train on :meth:`sequences`, one per turn.
         reward: the episode's summed reward; won/score: the env's final verdict.
         stop_reason: ``"terminated"``, ``"truncated"`` (env time limit), ``"max_turns"`` or ``"context_length"``
-            (the next prompt plus a reply would not fit the policy's context: that prompt is not stored).
+            (the next prompt plus a reply would not fit the policy's context: that prompt is not stored); an
+            expert demonstration whose plan ran out first: ``"plan_end"`` (:mod:`wrappers.expert`).
         metadata: free-form (policy name, sampling settings, seed, template, a retry's ``guidance``...).
     """
 
