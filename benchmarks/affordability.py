@@ -3,8 +3,9 @@
 Each variant is a short ``r3l train`` run (no evals) in its own process, on the learning study's TextWorld
 setting (``learning_study.grid.ENVS``), with the same seed, tasks and group size. From its ``metrics.jsonl``:
 the CPU seconds of collection (rollouts, env steps, retries) and of the update (forward, backward, optimiser),
-summed over every thread of the process, so a loaded machine slows the wall clock but hardly these. The first
-step of each run is left out (it pays one-off costs: game compiles, first allocations).
+summed over every thread of the process, so a loaded machine slows the wall clock but hardly these. The runs draw
+their tasks from the first ``steps × tasks-per-step`` of the train split, each started once beforehand (TextWorld
+compiles a game into its cache the first time), and the first step of each run is left out (first allocations).
 
 Run: ``python benchmarks/affordability.py [--steps 3] [--tasks-per-step 2] [--variants before cache lora]``.
 Writes the ``affordability`` section of ``benchmarks/RESULTS.md`` and ``benchmarks/results/affordability.json``.
@@ -26,18 +27,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import machine, machine_line, write_section
 from learning_study.grid import CPU_AUTOCAST, ENVS
 
-#: name -> (what it changes, extra ``r3l train`` arguments); "before" is the learner as it was before the levers.
-VARIANTS: dict[str, tuple[str, list[str]]] = {
-    "before": ("full fine-tuning, every turn scored from scratch", ["--prompt-cache-mb", "0"]),
-    "cache": ("+ the prompt KV cache across turns (the default)", []),
-    "lora": ("+ LoRA r=16 instead of full fine-tuning", ["--lora-rank", "16"]),
+#: name -> (what it changes, extra ``r3l train`` arguments, extra env kwargs); each row adds its lever to the one
+#: above. "before" is the learner as it was before the levers (TextWorld's title banner in every prompt).
+VARIANTS: dict[str, tuple[str, list[str], list[str]]] = {
+    "before": (
+        "full fine-tuning, title banner, every turn scored from scratch",
+        ["--prompt-cache-mb", "0"],
+        ["banner=True"],
+    ),
+    "compact": ("+ no title banner in the first observation (now the default)", ["--prompt-cache-mb", "0"], []),
+    "cache": ("+ the prompt KV cache across turns (now the default)", [], []),
+    "lora": ("+ LoRA r=16 instead of full fine-tuning", ["--lora-rank", "16"], []),
 }
 
 
-def train_args(env_key: str, steps: int, tasks: int, group: int, algo: str) -> list[str]:
-    """The ``r3l train`` arguments shared by every variant."""
+def train_args(env_key: str, steps: int, tasks: int, group: int, algo: str, kwargs: list[str]) -> list[str]:
+    """The ``r3l train`` arguments of a variant with env kwargs ``kwargs`` added to the study's."""
     env = ENVS[env_key]
-    kwargs = [f"{k}={v}" for k, v in env.kwargs.items()]
+    kwargs = [f"{k}={v}" for k, v in env.kwargs.items()] + kwargs
     return [
         *("--env", env.env, "--env-kwargs", *kwargs, "--actions", env.actions),
         *("--max-turns", str(env.max_turns), "--max-new-tokens", str(env.max_new_tokens)),
@@ -45,6 +52,22 @@ def train_args(env_key: str, steps: int, tasks: int, group: int, algo: str) -> l
         *("--group-size", str(group), "--eval-episodes", "0", "--autocast", CPU_AUTOCAST, "--seed", "0"),
         *("--no-progress", "--no-save-final", "--no-tensorboard", "--checkpoint-every", "0"),
     ]
+
+
+def warm_up(env_key: str, tasks: int) -> None:
+    """Start every task the runs will draw once, so that one-off work (TextWorld compiles its games into the cache)
+    is paid here and by no variant."""
+    import gymnasium as gym
+
+    import r3l_envs  # noqa: F401  (registers the envs)
+
+    env = ENVS[env_key]
+    instance = gym.make(env.env, **{**env.kwargs, "max_tasks": tasks})
+    try:
+        for task_id in instance.unwrapped.task_ids:
+            instance.reset(options={"task_id": task_id})
+    finally:
+        instance.close()
 
 
 def measure(name: str, args: list[str], threads: int) -> dict:
@@ -81,7 +104,7 @@ def render(rows: list[dict], facts: dict, command: str, loads: tuple) -> str:
         machine_line(facts),
         "",
         f"`{command}`; load average {loads[0]:.1f} at the start and {loads[1]:.1f} at the end. CPU seconds are the "
-        "process's, all threads; the first step of each run (one-off costs) is left out.",
+        "process's, all threads; the games were compiled beforehand and the first step of each run is left out.",
         "",
         "| variant | what changes | trajectories | tokens / trajectory | collect CPU s / traj | update CPU s / traj "
         "| trajectories / CPU-hour | vs first row |",
@@ -108,10 +131,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     args = parser.parse_args(argv)
     facts, loads = machine(), [os.getloadavg()[0]]
-    common = train_args(args.env, args.steps, args.tasks_per_step, args.group_size, args.algo)
+    tasks = args.steps * args.tasks_per_step
+    warm_up(args.env, tasks)
     rows = []
     for name in args.variants:
-        rows.append(measure(name, common + VARIANTS[name][1], args.threads))
+        _, extra, kwargs = VARIANTS[name]
+        kwargs = [*kwargs, f"max_tasks={tasks}"]
+        common = train_args(args.env, args.steps, args.tasks_per_step, args.group_size, args.algo, kwargs)
+        rows.append(measure(name, common + extra, args.threads))
         print(json.dumps(rows[-1]), flush=True)
     loads.append(os.getloadavg()[0])
     command = "python benchmarks/affordability.py " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .grid import METHODS, Method, Mode, Run
+from .grid import METHODS, Method, Mode, Run, reference
 from .rundir import MEMORY_ONLY, attempts, finished, metrics, state
 from .stats import mean_ci, paired, ratio, verdict
 
@@ -148,12 +148,13 @@ def aggregate(mode: Mode, runs: Sequence[Run], methods: dict[str, Method] = METH
             cells[f"{method}|{env}"] = cell_summary(mine)
     comparisons = []
     for env in mode.envs:
-        if "r3l" not in mode.methods:
+        ref = reference(methods)
+        if ref not in mode.methods:
             continue
         for other in mode.methods:
-            if other == "r3l":
+            if other == ref:
                 continue
-            a, b = cells[f"r3l|{env}"], cells[f"{other}|{env}"]
+            a, b = cells[f"{ref}|{env}"], cells[f"{other}|{env}"]
             for key in ("success", "score"):
                 diff = paired(a[f"{key}_by_seed"], b[f"{key}_by_seed"])
                 comparisons.append({"env": env, "other": other, "metric": key, **diff, "verdict": verdict(diff)})

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .fmt import count, num
-from .grid import METHODS, Method, Mode
+from .grid import METHODS, Method, Mode, reference
 from .stats import ratio, verdict
 
 
@@ -16,9 +16,9 @@ def _comparison(agg: dict[str, Any], env: str, other: str, metric: str) -> dict[
     )
 
 
-def _beside_r3l(cells: dict[str, Any], env: str, variant: str) -> tuple[dict, dict] | None:
-    """The retry economics of an R³L variant and of R³L on ``env``, when both have finished runs."""
-    mine, r3l = cells.get(f"{variant}|{env}"), cells.get(f"r3l|{env}")
+def _beside_r3l(cells: dict[str, Any], env: str, variant: str, ref: str) -> tuple[dict, dict] | None:
+    """The retry economics of an R³L variant and of R³L (``ref``) on ``env``, when both have finished runs."""
+    mine, r3l = cells.get(f"{variant}|{env}"), cells.get(f"{ref}|{env}")
     if mine and mine["seeds"] and r3l and r3l["seeds"]:
         return mine["economics"], r3l["economics"]
     return None
@@ -38,7 +38,7 @@ def _versus(agg: dict[str, Any], env: str, other: str, name: str) -> str:
 
 def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = METHODS) -> list[str]:
     """Statements that follow from the numbers (95 % paired t-intervals over seeds); nothing hard-coded."""
-    cells, lines = agg["cells"], []
+    cells, lines, ref = agg["cells"], [], reference(methods)
     for env in mode.envs:
         env_cells = {m: cells[f"{m}|{env}"] for m in mode.methods}
         finished_runs = sum(len(c["seeds"]) for c in env_cells.values())
@@ -53,12 +53,12 @@ def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = MET
                 f"no run solved a held-out episode before or after training ({finished_runs} finished run(s)), so "
                 "the success comparison is empty"
             )
-        for other in (m for m in mode.methods if m != "r3l"):
+        for other in (m for m in mode.methods if m != ref):
             for metric in ("success", "score"):
                 comp = _comparison(agg, env, other, metric)
                 if comp is None or comp["n"] == 0:
                     continue
-                what = f"R³L vs {methods[other].label} ({metric})"
+                what = f"{methods[ref].label} vs {methods[other].label} ({metric})"
                 v = comp["verdict"]
                 if v == "too few seeds":
                     parts.append(f"{what}: {comp['mean']:+.3f} on {comp['n']} paired seed (no interval)")
@@ -108,7 +108,7 @@ def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = MET
             )
         lines.append(f"- **{env}**: " + "; ".join(parts) + ".")
     for env in mode.envs:
-        econ = cells.get(f"r3l|{env}", {}).get("economics", {})
+        econ = cells.get(f"{ref}|{env}", {}).get("economics", {})
         if econ.get("retries"):
             lines.append(
                 f"- Retries on **{env}** (R³L, oracle reflector): {count(econ['retries'])} retries, "
@@ -130,7 +130,7 @@ def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = MET
                 )
             )
     for env in mode.envs:
-        if pair := _beside_r3l(cells, env, "r3l-self"):
+        if pair := _beside_r3l(cells, env, "r3l-self", ref):
             se, oe = pair
             lines.append(
                 f"- Reflector on **{env}**: self-reflection parsed {num(se['parse_rate'], 2)} of its reflections and "
@@ -139,7 +139,7 @@ def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = MET
                 + _versus(agg, env, "r3l-self", "self-reflection")
             )
     for env in mode.envs:
-        if pair := _beside_r3l(cells, env, "r3l-retry-from-scratch"):
+        if pair := _beside_r3l(cells, env, "r3l-retry-from-scratch", ref):
             se, pe = pair
             lines.append(
                 f"- Restart at the pivot vs from scratch on **{env}** (same reflections, same budget of trajectories): "
@@ -150,7 +150,7 @@ def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = MET
             )
     tokens = []
     for env in mode.envs:
-        r, g = cells.get(f"r3l|{env}"), cells.get(f"grpo|{env}")
+        r, g = cells.get(f"{ref}|{env}"), cells.get(f"grpo|{env}")
         if r and g and r["generated_tokens"]["n"] and g["generated_tokens"]["n"]:
             r_over_g = ratio(r["generated_tokens"]["mean"], g["generated_tokens"]["mean"])
             if r_over_g is not None:

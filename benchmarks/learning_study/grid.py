@@ -45,18 +45,18 @@ ENVS: dict[str, EnvSetting] = {
         "math, 2 attempts with feedback",
         "generated Countdown puzzles (3 numbers ≤ 10)",
     ),
-    # Coin collector level 2 (the coin is two rooms away), actions chosen among the admissible ones. SmolLM2 won
-    # 1 of 8 sampled episodes (T = 1) in 5 turns: sparse successes, the regime R³L's retries are for. Level 1 is
-    # too easy (held-out success 1.0 before training at T = 0.4), level 3 as sparse as 2 and slower, cooking
-    # level 1 (expert plans of 5-6 actions) gave 0 of 8.
+    # Coin collector level 2 (the coin is two rooms away; the objective names the way), actions chosen among the
+    # admissible ones, 64 train and 64 held-out games (disjoint by content; a bounded set keeps the one-off game
+    # compiles affordable). SmolLM2 won 0.47 of 32 held-out episodes at T = 0.4 before training (the issue asks for
+    # a start between 5 % and 60 %); level 1 is too easy (1.0), cooking level 1 (plans of 5-6 actions) gave 0 of 8.
     "textworld": EnvSetting(
         "r3l/TextWorld-v0",
-        {"game_type": "coin_collector", "difficulty": 2},
+        {"game_type": "coin_collector", "difficulty": 2, "max_tasks": 64},
         "constrained",
         5,
         16,
         "text game",
-        "generated TextWorld coin-collector games, level 2",
+        "generated TextWorld coin-collector games, level 2 (64 train, 64 held-out)",
     ),
     # Clicks are chosen among the page's links; on the search page the policy fills search[<query>]'s slot.
     # A purchase needs search, product, Buy Now at least. SmolLM2 bought nothing in 8 sampled episodes of 6 turns.
@@ -90,7 +90,8 @@ class Method:
     algo: str
     ablations: tuple[str, ...] = ()
     reflector: str = "oracle"
-    role: str = "baseline"  # "r3l", "baseline", "ablation" or "reflector": which table it belongs to
+    role: str = "baseline"  # "r3l", "baseline", "ablation", "reflector" or "control": which table it belongs to
+    config: dict[str, Any] = field(default_factory=dict)  # further TrainConfig fields (e.g. expert_demos)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Method:
@@ -98,11 +99,15 @@ class Method:
         return cls(**{**data, "ablations": tuple(data["ablations"])})
 
 
+#: The method every other is compared with: R³L with the oracle reflector. Its name says "oracle" because that
+#: reflector reads the env's expert plan, which no baseline sees ("r3l-self" is the paper's self-reflection).
+REFERENCE = "r3l-oracle"
+
 # A 135M model cannot reflect (0 of 8 reflections parsed in r3l_learn's tests), so R³L and its ablations use the
 # oracle reflector; "r3l-self" is the paper's self-reflection, for the reflector study. Listed in run order:
 # when a sweep cannot finish, R³L and GRPO (the comparison the issue asks for) are done first.
 METHODS: dict[str, Method] = {
-    "r3l": Method("R³L", "r3l", role="r3l"),
+    REFERENCE: Method("R³L (oracle)", "r3l", role="r3l"),
     "grpo": Method("GRPO", "grpo"),
     "raft": Method("RAFT", "raft"),
     "opmd": Method("OPMD", "opmd"),
@@ -110,10 +115,18 @@ METHODS: dict[str, Method] = {
     "r3l-no-amplification": Method("R³L − amplification", "r3l", ("no_amplification",), role="ablation"),
     "r3l-no-pivot-credit": Method("R³L − pivotal credit", "r3l", ("no_pivot_credit",), role="ablation"),
     "r3l-retry-from-scratch": Method("R³L, retry from scratch", "r3l", ("retry_from_scratch",), role="ablation"),
-    "r3l-self": Method("R³L, self-reflection", "r3l", reflector="self", role="reflector"),
+    "r3l-self": Method("R³L (self-reflection)", "r3l", reflector="self", role="reflector"),
+    # The oracle's privilege given to a baseline: per task, half of RAFT's group plays the env's expert plan (the
+    # information the oracle reflector reads), at the same budget of trajectories.
+    "raft-expert": Method("RAFT + expert demos (privileged)", "raft", role="control", config={"expert_demos": 2}),
 }
 BASELINES = ("grpo", "raft", "opmd")
-PAPER_ROWS = ("grpo", "raft", "opmd", "r3l")  # the paper's table order
+
+
+def reference(methods: dict[str, Method]) -> str:
+    """The key of the method every other is compared with: the one whose role is "r3l" (:data:`REFERENCE` here;
+    a report saved before the rename calls it "r3l")."""
+    return next((key for key, m in methods.items() if m.role == "r3l"), REFERENCE)
 
 
 @dataclass(frozen=True)
@@ -169,27 +182,25 @@ MODES: dict[str, Mode] = {
         eval_episodes=2,
         eval_every=0,
         extra={"autocast": CPU_AUTOCAST},
-        method_envs={m: ("textworld",) for m in ALL_METHODS if m not in ("r3l", "grpo")},
+        method_envs={m: ("textworld",) for m in ALL_METHODS if m not in (REFERENCE, "grpo")},
     ),
-    # What 2 cores finish in about two hours with 2 runs at a time (measured with bf16 autocast on a CPU with
-    # avx512_bf16; an AVX2-only CPU computes in fp32 instead):
-    # the four methods on every env and seed, the ablations and the reflector study on TextWorld, where the model
-    # wins some episodes. Rerunning resumes (--time-budget to stop cleanly).
+    # The study: what 2 cores (AVX2-only: fp32) finish in about two hours per pair of methods over 3 seeds.
+    # lr 1e-4: the earlier 5e-5 over 4 steps of 4 trajectories moved nothing (51 of 51 runs ended where they began).
+    # Rerunning resumes (--time-budget to stop cleanly); R³L and GRPO run first.
     "cpu": Mode(
         "cpu",
-        "4 steps of 1 task × 4 trajectories, 8 held-out episodes before and after, 3 seeds; "
-        f"autocast {CPU_AUTOCAST} (bf16 only where the CPU has it); "
-        "the ablations and self-reflection on TextWorld only",
-        envs=("textworld", "webshop", "countdown"),
-        methods=ALL_METHODS,
+        "8 steps of 4 tasks × 4 trajectories (128 per run), 64 held-out episodes before, after 4 steps and after 8, "
+        f"3 seeds, lr 1e-4; autocast {CPU_AUTOCAST} (bf16 only where the CPU has it); TextWorld only",
+        envs=("textworld",),
+        methods=(REFERENCE, "grpo", "raft", "opmd", "raft-expert", "r3l-self"),
         seeds=(0, 1, 2),
-        steps=4,
-        tasks_per_step=1,
+        steps=8,
+        tasks_per_step=4,
         group_size=4,
-        eval_episodes=8,
-        eval_every=0,
-        extra={"autocast": CPU_AUTOCAST},
-        method_envs={m: ("textworld",) for m in ALL_METHODS if METHODS[m].role in ("ablation", "reflector")},
+        eval_episodes=64,
+        eval_every=4,
+        lr=1e-4,
+        extra={"autocast": CPU_AUTOCAST, "eval_batch_size": 32},
     ),
     "gpu": Mode(
         "gpu",
@@ -254,6 +265,7 @@ def run_config(
         "eval_episodes": mode.eval_episodes,
         "eval_batch_size": mode.eval_episodes,
         "eval_before": eval_before,
+        **method.config,
         "out_dir": str(run_dir),
         "seed": seed,
         "checkpoint_every": mode.checkpoint_every,

@@ -14,7 +14,7 @@ import _report  # benchmarks/_report.py (the package lives beside it): the machi
 
 from .discussion import discussion
 from .fmt import count, interval, num, table
-from .grid import PAPER_ROWS, EnvSetting, Method, Mode
+from .grid import BASELINES, EnvSetting, Method, Mode, reference
 
 _BUDGET_HEADER = (
     "env|method|trajectories|generated tokens|speed/generated_tokens|env steps|train success|tokens / success|"
@@ -98,7 +98,7 @@ def grid_table(
 
 
 def _results(cells: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> list[str]:
-    main_rows = [m for m in PAPER_ROWS if m in mode.methods]
+    main_rows = [m for m in (*BASELINES, reference(methods)) if m in mode.methods]  # the paper's table order
     md = ["", "### Held-out success after training (the paper's table shape)", ""]
     md += grid_table(cells, mode, methods, main_rows, lambda c: interval(c["success"]))
     md += ["", "### Held-out score after training", ""]
@@ -120,6 +120,21 @@ def _results(cells: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> l
             methods,
             ablation_rows,
             lambda c: f"{interval(c['success'])} / {num(c['score']['mean'])}",
+        )
+    privilege_rows = [m for m in mode.methods if methods[m].role in ("r3l", "reflector", "control")]
+    if len(privilege_rows) > 1:
+        md += ["", "### Who sees the expert plan: held-out success / change from before training", ""]
+        md += [
+            "The oracle reflector reads the env's expert plan; self-reflection does not; the control gives a "
+            "baseline the same plan as demonstrations in its groups (same budget of trajectories).",
+            "",
+        ]
+        md += grid_table(
+            cells,
+            dataclasses.replace(mode, envs=mode.envs_of(privilege_rows[1:])),
+            methods,
+            privilege_rows,
+            lambda c: f"{interval(c['success'])} / {interval(c['success_delta'], signed=True)}",
         )
     math_envs = tuple(e for e in mode.envs if any(cells[f"{m}|{e}"]["first_attempt"]["n"] for m in mode.methods))
     if math_envs:

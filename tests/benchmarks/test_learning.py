@@ -30,7 +30,7 @@ MODE = grid.Mode(
     "test",
     "two steps with the tiny random model",
     envs=("corridor",),
-    methods=("r3l", "grpo"),
+    methods=("r3l-oracle", "grpo"),
     seeds=(0, 1),
     steps=1,
     tasks_per_step=1,
@@ -68,19 +68,22 @@ def test_mean_ci_paired_differences_and_verdicts():
 
 def test_method_envs_restricts_cells_and_the_page_says_so(tmp_path):
     mode = dataclasses.replace(
-        MODE, envs=("corridor", "other"), methods=("r3l", "grpo", "r3l-self"), method_envs={"r3l-self": ("other",)}
+        MODE,
+        envs=("corridor", "other"),
+        methods=("r3l-oracle", "grpo", "r3l-self"),
+        method_envs={"r3l-self": ("other",)},
     )
     cells = {(r.method_key, r.env_key) for r in grid.build_grid(mode, tmp_path, envs={**ENVS, "other": CORRIDOR})}
     assert cells == {
-        ("r3l", "corridor"),
+        ("r3l-oracle", "corridor"),
         ("grpo", "corridor"),
-        ("r3l", "other"),
+        ("r3l-oracle", "other"),
         ("grpo", "other"),
         ("r3l-self", "other"),
     }
     assert mode.envs_of(["r3l-self"]) == ("other",) and not mode.runs_on("r3l-self", "corridor")
     table = page.grid_table({"r3l-self|other": {}}, mode, grid.METHODS, ["r3l-self"], lambda c: "x")
-    assert table[-1] == "| R³L, self-reflection | not run | x |"
+    assert table[-1] == "| R³L (self-reflection) | not run | x |"
 
 
 def test_only_memory_settings_may_be_overridden_and_they_keep_a_run_current(tmp_path):
@@ -101,7 +104,7 @@ def test_every_mode_builds_valid_configs(tmp_path):
         runs = grid.build_grid(mode, tmp_path)
         cells = sum(mode.runs_on(m, e) for m in mode.methods for e in mode.envs)
         assert len(runs) == cells * len(mode.seeds) and len({r.run_dir for r in runs}) == len(runs)
-        assert [r.method_key for r in runs[:2]] == ["r3l", "grpo"]  # the comparison the issue asks for runs first
+        assert [r.method_key for r in runs[:2]] == ["r3l-oracle", "grpo"]  # the issue's comparison runs first
         for run in runs:
             TrainConfig(**run.config)
 
@@ -125,16 +128,17 @@ def test_the_grid_runs_aggregates_skips_and_resumes(tmp_path):
     assert [r.config["eval_before"] for r in runs] == [True, False, True, False]  # R³L evaluates, GRPO reuses
     assert all(s["before_shared"] == (s["method"] == "grpo") for s in data["runs"])
     assert data["cells"]["grpo|corridor"]["success_before"]["n"] == 2
-    cell = data["cells"]["r3l|corridor"]
+    cell = data["cells"]["r3l-oracle|corridor"]
     assert cell["success"]["n"] == 2 and cell["trajectories"]["mean"] == 2
     assert cell["economics"]["parse_rate"] is not None  # the oracle reflected on every base
     assert data["cells"]["grpo|corridor"]["economics"]["retries"] == 0
     assert {c["other"] for c in data["comparisons"]} == {"grpo"}
     written = md.read_text()
     assert "<!-- begin:learning -->" in written and "<!-- end:learning -->" in written
-    for text in ("| R³L |", "| GRPO |", "### Held-out success after training", "### Retry economics", "corridor.png"):
+    headings = ("### Held-out success after training", "### Retry economics")
+    for text in ("| R³L (oracle) |", "| GRPO |", *headings, "corridor.png"):
         assert text in written, text
-    assert "retry from scratch" in written and "R³L vs GRPO (success)" in written
+    assert "retry from scratch" in written and "R³L (oracle) vs GRPO (success)" in written
     assert json.loads((results / "learning.json").read_text())["mode"]["name"] == "test"
     assert (tmp_path / "plots" / "corridor.png").stat().st_size > 0
     assert data["train_config"]["shared"]["seed"] == "<seed>" and "Every other TrainConfig field" in written
