@@ -53,7 +53,7 @@ ENVS: dict[str, EnvSetting] = {
         "r3l/TextWorld-v0",
         {"game_type": "coin_collector", "difficulty": 2, "max_tasks": 64},
         "constrained",
-        5,
+        4,  # the expert needs 3 (two moves, take coin): one spare turn
         16,
         "text game",
         "generated TextWorld coin-collector games, level 2 (64 train, 64 held-out)",
@@ -184,18 +184,19 @@ MODES: dict[str, Mode] = {
         extra={"autocast": CPU_AUTOCAST},
         method_envs={m: ("textworld",) for m in ALL_METHODS if m not in (REFERENCE, "grpo")},
     ),
-    # The study: what 2 cores (AVX2-only: fp32) finish in about two hours per pair of methods over 3 seeds.
-    # lr 1e-4: the earlier 5e-5 over 4 steps of 4 trajectories moved nothing (51 of 51 runs ended where they began).
-    # Rerunning resumes (--time-budget to stop cleanly); R³L and GRPO run first.
+    # The study: what 2 cores (AVX2-only: fp32) finish in about 90 minutes per pair of methods over 3 seeds (an
+    # update costs ~19 CPU-s per trajectory there, collection ~5). lr 1e-4: the earlier 5e-5 over 4 steps of 4
+    # trajectories moved nothing (51 of 51 runs ended where they began). Rerunning resumes (--time-budget to stop
+    # cleanly); R³L and GRPO run first.
     "cpu": Mode(
         "cpu",
-        "8 steps of 4 tasks × 4 trajectories (128 per run), 64 held-out episodes before, after 4 steps and after 8, "
+        "8 steps of 2 tasks × 4 trajectories (64 per run), 64 held-out episodes before, after 4 steps and after 8, "
         f"3 seeds, lr 1e-4; autocast {CPU_AUTOCAST} (bf16 only where the CPU has it); TextWorld only",
         envs=("textworld",),
         methods=(REFERENCE, "grpo", "raft", "opmd", "raft-expert", "r3l-self"),
         seeds=(0, 1, 2),
         steps=8,
-        tasks_per_step=4,
+        tasks_per_step=2,
         group_size=4,
         eval_episodes=64,
         eval_every=4,
