@@ -34,7 +34,7 @@ from r3l_learn.config import RESUMABLE_CHANGES, TrainConfig, config_from_dict
 from r3l_learn.device import resolve_autocast
 from r3l_learn.errors import R3LLearnError
 from r3l_learn.evaluate import EvalSummary, evaluate
-from r3l_learn.metrics import MetricsLogger
+from r3l_learn.metrics import MetricsLogger, read_metrics
 from r3l_learn.prompt_cache import PromptCache
 from r3l_learn.train_setup import (
     TaskStream,
@@ -268,6 +268,8 @@ def _loop(run: _Run, on_step: list[OnStep]) -> bool:
         with Interrupts() as interrupts:
             if run.completed == 0 and config.eval_episodes and config.eval_before:
                 run.eval_before = _eval(config, run.player, 0, run.log)
+            elif _periodic_eval_missed(run):  # interrupted between the step and its eval: make the eval now
+                _eval(config, run.player, run.completed, run.log)
             for step in range(run.completed, config.steps):
                 _train_step(run, step, interrupts, on_step)
                 bar.update(1)
@@ -276,8 +278,7 @@ def _loop(run: _Run, on_step: list[OnStep]) -> bool:
                 )
                 if config.checkpoint_every and run.completed % config.checkpoint_every == 0:
                     _save(run)
-                periodic = config.eval_every and run.completed % config.eval_every == 0 and run.completed < config.steps
-                if periodic and config.eval_episodes:
+                if _periodic_eval_due(config, run.completed):
                     _eval(config, run.player, run.completed, run.log)
     except KeyboardInterrupt:
         logger.warning("interrupted: saving a checkpoint of the last completed step (%d)", run.completed)
@@ -288,6 +289,22 @@ def _loop(run: _Run, on_step: list[OnStep]) -> bool:
         if run.owns_collector:
             run.collector.close()
     return False
+
+
+def _periodic_eval_due(config: TrainConfig, completed: int) -> bool:
+    """Whether an eval follows step ``completed`` (the last step's eval is the final one, made by ``train``)."""
+    every = config.eval_every and config.eval_episodes
+    return bool(every) and completed % config.eval_every == 0 and 0 < completed < config.steps
+
+
+def _periodic_eval_missed(run: _Run) -> bool:
+    """A resumed run whose last completed step was due an eval that its metrics do not hold (the run was stopped
+    between the two): without it, the curve would lack that point for good."""
+    if not _periodic_eval_due(run.config, run.completed):
+        return False
+    path = run.out / "metrics.jsonl"
+    records = read_metrics(path) if path.is_file() else []
+    return not any(r.get("step") == run.completed and "eval/success_rate" in r for r in records)
 
 
 def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnStep]) -> None:

@@ -208,3 +208,18 @@ def test_ctrl_c_saves_the_last_completed_step_and_resume_continues(tmp_path):
     )
     assert again.returncode == 0
     assert load_checkpoint(latest_checkpoint(out / "checkpoints"))["step"] == state["step"] + 1
+
+
+def test_resume_makes_the_periodic_eval_an_interruption_skipped(tmp_path):
+    config = _config(tmp_path, steps=1, eval_every=1, eval_episodes=2, eval_before=False)
+    train(config)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    evals = [r for r in read_metrics(metrics) if "eval/success_rate" in r]
+    assert [r["step"] for r in evals] == [1]
+    # as if stopped between step 1 and its eval: drop the eval record, then resume for one more step
+    kept = [r for r in read_metrics(metrics) if "eval/success_rate" not in r]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    (tmp_path / "run" / "evals.json").unlink(missing_ok=True)
+    train(_config(tmp_path, steps=2, eval_every=1, eval_episodes=2, eval_before=False), resume=True)
+    evals = [r["step"] for r in read_metrics(metrics) if "eval/success_rate" in r]
+    assert evals == [1, 2]  # the missed point, then the final eval
