@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 #: config fields that may change between a run and its resumption (everything else must match)
 RESUMABLE_CHANGES = frozenset(
     {"steps", "eval_every", "eval_episodes", "eval_before", "progress", "checkpoint_every", "save_final"}
-    | {"prompt_cache_mb"}  # changes scores by float rounding only
+    | {"prompt_cache_mb", "micro_batch_size"}  # memory only: scores change by float rounding, the loss not at all
     | {"ray", "ray_workers", "ray_cpus", "ray_memory_mb"}  # where envs run never changes what they return
 )
 
