@@ -97,6 +97,24 @@ def grid_table(
     return table(["method", *mode.envs], body)
 
 
+def _role_table(
+    cells: dict[str, Any],
+    mode: Mode,
+    methods: dict[str, Method],
+    roles: tuple[str, ...],
+    title: str,
+    cell: Callable[[dict[str, Any]], str],
+    intro: str = "",
+) -> list[str]:
+    """A table of the methods with these roles (R³L first), on the envs where any but the first ran; nothing when
+    only one of them is in the mode."""
+    rows = [m for m in mode.methods if methods[m].role in roles]
+    if len(rows) < 2:
+        return []
+    md = ["", f"### {title}", ""] + ([intro, ""] if intro else [])
+    return md + grid_table(cells, dataclasses.replace(mode, envs=mode.envs_of(rows[1:])), methods, rows, cell)
+
+
 def _results(cells: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> list[str]:
     main_rows = [m for m in (*BASELINES, reference(methods)) if m in mode.methods]  # the paper's table order
     md = ["", "### Held-out success after training (the paper's table shape)", ""]
@@ -111,31 +129,24 @@ def _results(cells: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> l
         mode.methods,
         lambda c: f"{interval(c['success_delta'], signed=True)} / {interval(c['score_delta'], signed=True)}",
     )
-    ablation_rows = [m for m in mode.methods if methods[m].role in ("r3l", "ablation")]
-    if len(ablation_rows) > 1:
-        md += ["", "### Ablations: held-out success / score", ""]
-        md += grid_table(
-            cells,
-            dataclasses.replace(mode, envs=mode.envs_of(ablation_rows[1:])),
-            methods,
-            ablation_rows,
-            lambda c: f"{interval(c['success'])} / {num(c['score']['mean'])}",
-        )
-    privilege_rows = [m for m in mode.methods if methods[m].role in ("r3l", "reflector", "control")]
-    if len(privilege_rows) > 1:
-        md += ["", "### Who sees the expert plan: held-out success / change from before training", ""]
-        md += [
-            "The oracle reflector reads the env's expert plan; self-reflection does not; the control gives a "
-            "baseline the same plan as demonstrations in its groups (same budget of trajectories).",
-            "",
-        ]
-        md += grid_table(
-            cells,
-            dataclasses.replace(mode, envs=mode.envs_of(privilege_rows[1:])),
-            methods,
-            privilege_rows,
-            lambda c: f"{interval(c['success'])} / {interval(c['success_delta'], signed=True)}",
-        )
+    md += _role_table(
+        cells,
+        mode,
+        methods,
+        ("r3l", "ablation"),
+        "Ablations: held-out success / score",
+        lambda c: f"{interval(c['success'])} / {num(c['score']['mean'])}",
+    )
+    md += _role_table(
+        cells,
+        mode,
+        methods,
+        ("r3l", "reflector", "control"),
+        "Who sees the expert plan: held-out success / change from before training",
+        lambda c: f"{interval(c['success'])} / {interval(c['success_delta'], signed=True)}",
+        intro="The oracle reflector reads the env's expert plan; self-reflection does not; the control gives a "
+        "baseline the same plan as demonstrations in its groups (same budget of trajectories).",
+    )
     math_envs = tuple(e for e in mode.envs if any(cells[f"{m}|{e}"]["first_attempt"]["n"] for m in mode.methods))
     if math_envs:
         md += ["", "### Math: first-attempt success (pass@1) / solved within the attempts", ""]
