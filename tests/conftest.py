@@ -1,3 +1,4 @@
+import signal
 import sys
 from pathlib import Path
 
@@ -8,6 +9,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 import corridor
 
 corridor.register()
+
+# The Ctrl-C tests send SIGINT to this process and to children it starts. A suite started in the background
+# (`nohup make test &`) inherits SIGINT *ignored*, and children inherit that too, so those tests would fail for
+# reasons of how the suite was launched; a Python handler is not inherited across exec, so children get the default.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
