@@ -118,7 +118,8 @@ def train(
     if resume:
         run.completed, run.eval_before = resume_state(config, run.model, run.optimizer, run.stream)
         run.cursor = run.stream.cursor
-        if run.completed >= config.steps:
+        stopped_before_final_eval = config.eval_episodes and recorded_evals(run.out, None)[1] is None
+        if run.completed >= config.steps and not stopped_before_final_eval:
             return _already_finished(run)
     elif (run.out / "checkpoints").is_dir() and latest_checkpoint(run.out / "checkpoints"):
         raise ResumeError(
