@@ -118,8 +118,8 @@ def train(
     if resume:
         run.completed, run.eval_before = resume_state(config, run.model, run.optimizer, run.stream)
         run.cursor = run.stream.cursor
-        stopped_before_final_eval = config.eval_episodes and recorded_evals(run.out, None)[1] is None
-        if run.completed >= config.steps and not stopped_before_final_eval:
+        # a run stopped between its last step and its final eval goes on to make that eval
+        if run.completed >= config.steps and not (config.eval_episodes and recorded_evals(run.out, None)[1] is None):
             return _already_finished(run)
     elif (run.out / "checkpoints").is_dir() and latest_checkpoint(run.out / "checkpoints"):
         raise ResumeError(
