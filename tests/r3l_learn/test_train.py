@@ -225,3 +225,17 @@ def test_resume_makes_the_periodic_eval_an_interruption_skipped(tmp_path):
     train(resumed, resume=True)
     evals = [r["step"] for r in read_metrics(metrics) if "eval/success_rate" in r]
     assert evals == [1, 2]  # the missed point, then the final eval
+
+
+def test_a_run_stopped_before_its_final_eval_makes_it_on_resume(tmp_path):
+    config = _config(tmp_path, steps=1, eval_episodes=2, eval_batch_size=2)
+    done = train(config)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    # as if stopped after the last step's checkpoint, before the final eval: drop that eval's record
+    kept = [r for r in read_metrics(metrics) if not ("eval/success_rate" in r and r["step"] == 1)]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    (tmp_path / "run" / "evals.json").unlink(missing_ok=True)
+    again = train(config, resume=True)
+    assert not again.already_finished and again.steps_done == 1
+    assert [r["step"] for r in read_metrics(metrics) if "eval/success_rate" in r] == [0, 1]
+    assert again.eval_after is not None and again.eval_after.success_rate == done.eval_after.success_rate
