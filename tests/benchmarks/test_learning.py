@@ -200,3 +200,17 @@ def test_from_json_refuses_a_file_that_is_not_a_learning_report(tmp_path):
     other.write_text(json.dumps({"mode": {}, "rows": []}))
     with pytest.raises(ValueError, match="not a learning report"):
         report.rewrite_report(other, results_md=tmp_path / "R.md", results_dir=tmp_path, plots_dir=tmp_path)
+
+
+def test_the_demo_is_the_first_half_of_the_studys_r3l_run():
+    """`make demo` claims to show what the study measured after 4 steps: its preset must keep the study's setting
+    (and its held-out episodes, the first ``eval_episodes`` of the study's, drawn from the same seed)."""
+    from r3l_learn.presets import PRESETS
+    from r3l_learn.train import TrainConfig
+
+    demo, mode = TrainConfig(**PRESETS["cpu-demo"]), grid.MODES["cpu"]
+    study = TrainConfig(**grid.run_config(mode, grid.ENVS["textworld"], grid.METHODS["r3l-oracle"], 0, Path("x")))
+    same = ("env", "env_kwargs", "actions", "max_turns", "max_new_tokens", "algo", "reflector", "ablations", "lr")
+    same += ("tasks_per_step", "group_size", "seed", "temperature", "eval_temperature", "model", "dtype", "fill")
+    assert {k: getattr(demo, k) for k in same} == {k: getattr(study, k) for k in same}
+    assert mode.eval_every == demo.steps < study.steps and 32 <= demo.eval_episodes <= study.eval_episodes
