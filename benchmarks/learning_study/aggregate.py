@@ -14,6 +14,10 @@ from .grid import METHODS, Method, Mode, Run, reference
 from .rundir import MEMORY_ONLY, attempts, finished, metrics, state
 from .stats import mean_ci, paired, ratio, verdict
 
+#: the per-step speed metrics summed over a run (CPU seconds: what a shared machine's load inflates least)
+SPEED_SUMS = ("speed/generated_tokens", "speed/collect_s", "speed/update_s")
+SPEED_SUMS += ("speed/collect_cpu_s", "speed/update_cpu_s")
+
 #: the TrainConfig fields the grid varies per cell (the page lists them per env and method, and the rest once)
 VARYING = ("env", "env_kwargs", "algo", "ablations", "reflector", "max_turns", "max_new_tokens", "actions")
 
@@ -35,9 +39,7 @@ def run_summary(run: Run) -> dict[str, Any]:
             sums["bench/pivot_sum"] = sums.get("bench/pivot_sum", 0.0) + r["retry/mean_pivot"] * r["retry/retries"]
     for r in steps:
         for key, value in r.items():
-            if (
-                key.startswith("bench/") or key in ("speed/generated_tokens", "speed/collect_s", "speed/update_s")
-            ) and (_num(value) is not None):
+            if (key.startswith("bench/") or key in SPEED_SUMS) and (_num(value) is not None):
                 sums[key] = sums.get(key, 0.0) + float(value)
     curve = []
     for r in records:
@@ -78,6 +80,11 @@ def run_summary(run: Run) -> dict[str, Any]:
         "sums": {k.removeprefix("bench/"): v for k, v in sums.items() if k.startswith("bench/")},
         "collect_s": sums.get("speed/collect_s"),
         "update_s": sums.get("speed/update_s"),
+        "collect_cpu_s": sums.get("speed/collect_cpu_s"),
+        "update_cpu_s": sums.get("speed/update_cpu_s"),
+        # held-out evals: their CPU seconds and episodes (runs logged before eval/cpu_s existed have none)
+        "eval_cpu_s": sum(r["eval/cpu_s"] for r in records if _num(r.get("eval/cpu_s")) is not None) or None,
+        "eval_episodes": sum(run.config["eval_episodes"] for r in records if _num(r.get("eval/cpu_s")) is not None),
         "wall_s": sum(a.get("wall_s", 0.0) for a in tries) or None,
         "load": [a.get("load_start") for a in tries] + [a.get("load_end") for a in tries[-1:]],
         "eval_after_detail": result.get("eval_after"),
@@ -99,6 +106,7 @@ def cell_summary(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["updates"] = mean_ci([s["updates"] for s in done])
     out["logged_generated_tokens"] = mean_ci([s["logged_generated_tokens"] for s in done])
     out["wall_min"] = mean_ci([s["wall_s"] / 60 for s in done if s["wall_s"]])
+    out["cost"] = _cost(done)
     details = [s["eval_after_detail"] for s in done if s["eval_after_detail"]]
     out["eval_turns"] = mean_ci([d["mean_turns"] for d in details])
     out["eval_parse_errors"] = mean_ci([d["parse_error_rate"] for d in details])
@@ -128,6 +136,35 @@ def cell_summary(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "successes": pooled.get("successes"),
     }
     return out
+
+
+def _cost(done: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    """CPU seconds per sampled trajectory (collection, update) and per held-out episode, pooled over the seeds
+    that logged them, and the trajectories trained per CPU-hour they imply."""
+    timed = [s for s in done if s.get("collect_cpu_s") is not None and s.get("update_cpu_s") is not None]
+    trajectories = sum(s["trajectories"] for s in timed)
+    collect = ratio(sum(s["collect_cpu_s"] for s in timed), trajectories)
+    update = ratio(sum(s["update_cpu_s"] for s in timed), trajectories)
+    evals = [s for s in done if s.get("eval_cpu_s")]
+    return {
+        "collect_cpu_s": collect,
+        "update_cpu_s": update,
+        "per_cpu_hour": 3600 / (collect + update) if collect is not None and update is not None else None,
+        "eval_cpu_s": ratio(sum(s["eval_cpu_s"] for s in evals), sum(s["eval_episodes"] for s in evals)),
+    }
+
+
+def mean_curve(runs: Sequence[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    """Held-out ``metric`` along training over the finished ``runs`` of one cell: per eval step that every run
+    made, the mean trajectories sampled before it and the mean with its 95 % CI over the runs (seeds)."""
+    steps = sorted({c["step"] for r in runs for c in r["curve"]})
+    points = []
+    for step in steps:
+        at = [c for r in runs for c in r["curve"] if c["step"] == step and c[metric] is not None]
+        if at and len(at) == len(runs):
+            trajectories = sum(c["trajectories"] for c in at) / len(at)
+            points.append({"step": step, "trajectories": trajectories, **mean_ci([c[metric] for c in at])})
+    return points
 
 
 def aggregate(mode: Mode, runs: Sequence[Run], methods: dict[str, Method] = METHODS) -> dict[str, Any]:

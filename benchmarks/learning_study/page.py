@@ -12,6 +12,7 @@ from typing import Any
 
 import _report  # benchmarks/_report.py (the package lives beside it): the machine line every benchmark prints
 
+from .aggregate import mean_curve
 from .discussion import discussion
 from .fmt import count, interval, num, table
 from .grid import BASELINES, EnvSetting, Method, Mode, reference
@@ -37,7 +38,9 @@ def render(data: dict[str, Any], *, page_dir: Path) -> str:
     history = data["invocations"]
     md = _heading(data, mode, history)
     md += _results(data["cells"], mode, methods)
+    md += _along_training(data["runs"], mode, methods)
     md += _budget(data["cells"], mode, methods)
+    md += _cost(data["cells"], mode, methods)
     md += _retries(data["cells"], mode, methods)
     if data["plots"]:
         md += ["", "### Held-out success and score vs sampled trajectories (95 % CI bands over seeds)", ""]
@@ -160,6 +163,44 @@ def _results(cells: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> l
     return md
 
 
+def _along_training(runs: Sequence[dict[str, Any]], mode: Mode, methods: dict[str, Method]) -> list[str]:
+    """The curves as numbers: held-out success at every eval the finished seeds of a cell all made."""
+    md = ["", "### Held-out success along training (mean ± 95 % CI over seeds; the plots below draw it)", ""]
+    rows = []
+    for e in mode.envs:
+        for m in mode.methods:
+            done = [r for r in runs if r["env"] == e and r["method"] == m and r["finished"]]
+            points = mean_curve(done, "success") if done else []
+            if points:
+                cells = [f"step {p['step']} ({p['trajectories']:.0f} traj.): {interval(p)}" for p in points]
+                rows.append([e, methods[m].label, "; ".join(cells)])
+    return md + table(["env", "method", "held-out success at each eval"], rows or [["—"] * 3])
+
+
+def _cost(cells: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> list[str]:
+    md = [
+        "",
+        "### Cost per trajectory (CPU seconds, pooled over finished seeds)",
+        "",
+        "CPU seconds (user + system of the run's process) rather than wall time: on a shared machine the load "
+        "inflates wall time several-fold and CPU time much less. Trajectories per CPU-hour count collection and "
+        "update, not the held-out evals (their cost per episode is the last column). A dash: runs logged before "
+        "these counters existed.",
+        "",
+    ]
+    rows = []
+    for e in mode.envs:
+        for m in mode.methods:
+            c = cells[f"{m}|{e}"]
+            cost = c.get("cost") or {}
+            if c["seeds"]:
+                seconds = (num(cost.get(k), 1) for k in ("collect_cpu_s", "update_cpu_s"))
+                hourly, per_episode = count(cost.get("per_cpu_hour")), num(cost.get("eval_cpu_s"), 1)
+                rows.append([e, methods[m].label, *seconds, hourly, per_episode])
+    header = ["env", "method", "collect CPU-s / traj.", "update CPU-s / traj.", "traj. / CPU-hour"]
+    return md + table([*header, "eval CPU-s / episode"], rows or [["—"] * 6])
+
+
 def _budget(cells: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> list[str]:
     md = [
         "",
@@ -265,4 +306,4 @@ def method_flags(method: Method) -> str:
         flags += " --ablations " + " ".join(method.ablations)
     if method.algo == "r3l" and "no_reflect_retry" not in method.ablations:
         flags += f" --reflector {method.reflector}"
-    return flags
+    return flags + "".join(f" --{key.replace('_', '-')} {value}" for key, value in method.config.items())

@@ -3,12 +3,11 @@ bands, R³L beside the baselines and beside its variants."""
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Any
 
+from .aggregate import mean_curve
 from .grid import METHODS, Method, Mode
-from .stats import mean_ci
 
 
 def plot_curves(
@@ -36,17 +35,11 @@ def plot_curves(
                     runs = [r for r in agg["runs"] if r["env"] == env and r["method"] == key and r["finished"]]
                     if not runs:
                         continue
-                    steps = sorted({c["step"] for r in runs for c in r["curve"]})
-                    xs, ms, los, his = [], [], [], []
-                    for step in steps:
-                        points = [c for r in runs for c in r["curve"] if c["step"] == step and c[metric] is not None]
-                        if len(points) < len(runs):
-                            continue
-                        stat = mean_ci([p[metric] for p in points])
-                        xs.append(statistics.fmean(p["trajectories"] for p in points))
-                        ms.append(stat["mean"])
-                        los.append(stat["lo"] if stat["lo"] is not None else stat["mean"])
-                        his.append(stat["hi"] if stat["hi"] is not None else stat["mean"])
+                    points = mean_curve(runs, metric)
+                    xs = [p["trajectories"] for p in points]
+                    ms = [p["mean"] for p in points]
+                    los = [p["mean"] if p["lo"] is None else p["lo"] for p in points]
+                    his = [p["mean"] if p["hi"] is None else p["hi"] for p in points]
                     if not xs:
                         continue
                     line = ax.plot(xs, ms, marker="o", label=f"{methods[key].label} (n={len(runs)})")[0]

@@ -132,12 +132,17 @@ def test_the_grid_runs_aggregates_skips_and_resumes(tmp_path):
     assert cell["success"]["n"] == 2 and cell["trajectories"]["mean"] == 2
     assert cell["economics"]["parse_rate"] is not None  # the oracle reflected on every base
     assert data["cells"]["grpo|corridor"]["economics"]["retries"] == 0
+    cost = cell["cost"]  # CPU seconds per trajectory, from the runs' own counters
+    assert cost["collect_cpu_s"] > 0 and cost["update_cpu_s"] > 0 and cost["eval_cpu_s"] > 0
+    assert cost["per_cpu_hour"] == pytest.approx(3600 / (cost["collect_cpu_s"] + cost["update_cpu_s"]))
     assert {c["other"] for c in data["comparisons"]} == {"grpo"}
     written = md.read_text()
     assert "<!-- begin:learning -->" in written and "<!-- end:learning -->" in written
-    headings = ("### Held-out success after training", "### Retry economics")
+    headings = ("### Held-out success after training", "### Retry economics", "### Cost per trajectory")
+    headings += ("### Held-out success along training",)
     for text in ("| R³L (oracle) |", "| GRPO |", *headings, "corridor.png"):
         assert text in written, text
+    assert "step 0 (0 traj.)" in written and "step 1 (2 traj.)" in written
     assert "retry from scratch" in written and "R³L (oracle) vs GRPO (success)" in written
     assert json.loads((results / "learning.json").read_text())["mode"]["name"] == "test"
     assert (tmp_path / "plots" / "corridor.png").stat().st_size > 0
