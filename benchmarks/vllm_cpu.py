@@ -55,6 +55,19 @@ def collect(policy, env_id: str, constrained: bool, batch: int, args: argparse.N
     return {"wall_s": wall, "tokens": tokens, "turns": turns, "tok_per_s": tokens / wall, "turns_per_s": turns / wall}
 
 
+def start_backends(model: str, dtype_name: str, seed: int) -> tuple[str, dict, float, tuple[float, ...]]:
+    """Both backends on ``model`` in the dtype ``dtype_name`` resolves to here: that dtype, the policies by name,
+    the HF load's seconds and the load average just before the vLLM engine starts (its start is on the engine)."""
+    from r3l_learn.vllm_policy import shared_engine
+
+    dtype = resolve_dtype(dtype_name, "cpu")
+    load_start = time.perf_counter()
+    hf = HFPolicy.from_pretrained(model, dtype=dtype)
+    hf_load = time.perf_counter() - load_start
+    load_before = os.getloadavg()
+    return dtype, {"hf": hf, "vllm": shared_engine(model, dtype=dtype, seed=seed)}, hf_load, load_before
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
@@ -66,15 +79,10 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from r3l_learn.vllm_policy import shared_engine, shutdown_engine
+    from r3l_learn.vllm_policy import shutdown_engine
 
-    dtype = resolve_dtype(args.dtype, "cpu")
-    load_start = time.perf_counter()
-    hf = HFPolicy.from_pretrained(args.model, dtype=dtype)
-    hf_load = time.perf_counter() - load_start
-    load_before = os.getloadavg()
-    engine = shared_engine(args.model, dtype=dtype, seed=args.seed)
-    policies = {"hf": hf, "vllm": engine}
+    dtype, policies, hf_load, load_before = start_backends(args.model, args.dtype, args.seed)
+    engine = policies["vllm"]
     for policy in policies.values():  # warm-up, not counted
         collect(policy, "r3l/Countdown-v0", False, 2, argparse.Namespace(**{**vars(args), "new_tokens": 8}), 99)
     rows = []

@@ -30,10 +30,10 @@ import gymnasium as gym
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _report
+from vllm_cpu import start_backends
 
 import r3l_envs  # noqa: F401  (registers the ids)
-from r3l_learn.device import cpu_kind, resolve_dtype
-from r3l_learn.hf_policy import HFPolicy
+from r3l_learn.device import cpu_kind
 from wrappers import RolloutConfig, SamplingParams, rollout_batch
 
 logger = logging.getLogger("bench.vllm_cpu_profile")
@@ -103,13 +103,9 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from r3l_learn.vllm_policy import shared_engine, shutdown_engine
+    from r3l_learn.vllm_policy import shutdown_engine
 
-    dtype = resolve_dtype(args.dtype, "cpu")
-    hf = HFPolicy.from_pretrained(args.model, dtype=dtype)
-    load_before = os.getloadavg()
-    engine = shared_engine(args.model, dtype=dtype, seed=args.seed)
-    policies = {"hf": hf, "vllm": engine}
+    dtype, policies, _, load_before = start_backends(args.model, args.dtype, args.seed)
     for policy in policies.values():  # warm-up, not counted
         profile_group(policy, 2, 8, 99)
     rows = []
