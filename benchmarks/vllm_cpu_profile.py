@@ -119,6 +119,26 @@ def main() -> None:
     write(args, rows, dtype, load_before, os.getloadavg())
 
 
+def verdicts(rows: list[dict]) -> list[str]:
+    """Per batch, vLLM against HF in words: the throughput ratio and which part of the time makes it."""
+    out = []
+    for batch in sorted({r["batch"] for r in rows}):
+        by = {r["backend"]: r for r in rows if r["batch"] == batch}
+        if set(by) != {"hf", "vllm"}:
+            continue
+        hf, vllm = by["hf"], by["vllm"]
+        throughput = (vllm["tokens"] / vllm["wall_s"]) / (hf["tokens"] / hf["wall_s"])
+        out.append(
+            f"- Batch {batch}: vLLM collects a group in {hf['wall_s'] / vllm['wall_s']:.2f}× less wall time and "
+            f"generates {throughput:.2f}× HF's tokens per second. Prefill: {hf['prefill_s'] / vllm['prefill_s']:.1f}× "
+            f"faster ({hf['prefill_s'] / hf['generate_s']:.0%} of HF's generate time, "
+            f"{vllm['prefill_s'] / vllm['generate_s']:.0%} of vLLM's); decode: "
+            f"{hf['decode_ms_per_step'] / vllm['decode_ms_per_step']:.1f}× faster per step; outside the model: "
+            f"{max(hf['outside_s'] / hf['wall_s'], vllm['outside_s'] / vllm['wall_s']):.1%} of the wall time at most."
+        )
+    return out
+
+
 def write(args, rows, dtype, load_before, load_after) -> None:
     """The section ``vllm_cpu_profile`` of RESULTS.md and its JSON."""
     loads = (" / ".join(f"{x:.1f}" for x in load) for load in (load_before, load_after))
@@ -146,10 +166,12 @@ def write(args, rows, dtype, load_before, load_after) -> None:
             f"| {r['backend']} | {r['batch']} | {r['wall_s']:.2f} | {r['outside_s']:.2f} | {r['prefill_s']:.2f} | "
             f"{r['decode_s']:.2f} | {per_step} | {r['steps']} | {r['tokens']} | {r['prompt_tokens']} |"
         )
+    lines += ["", *verdicts(rows)]
     markdown = "\n".join(lines) + "\n"
     print(markdown)
     if not args.no_write:
         data = {"rows": rows, "dtype": dtype, "cpu": cpu_kind(), "load_before": load_before, "load_after": load_after}
+        data.update(batches=args.batches, new_tokens=args.new_tokens)
         _report.write_section("vllm_cpu_profile", markdown, data)
 
 
