@@ -15,8 +15,13 @@ from .rundir import MEMORY_ONLY, attempts, finished, metrics, state
 from .stats import mean_ci, paired, ratio, verdict
 
 #: the per-step speed metrics summed over a run (CPU seconds: what a shared machine's load inflates least)
-SPEED_SUMS = ("speed/generated_tokens", "speed/collect_s", "speed/update_s")
-SPEED_SUMS += ("speed/collect_cpu_s", "speed/update_cpu_s")
+SPEED_SUMS = (
+    "speed/generated_tokens",
+    "speed/collect_s",
+    "speed/update_s",
+    "speed/collect_cpu_s",
+    "speed/update_cpu_s",
+)
 
 #: the TrainConfig fields the grid varies per cell (the page lists them per env and method, and the rest once)
 VARYING = ("env", "env_kwargs", "algo", "ablations", "reflector", "max_turns", "max_new_tokens", "actions")
@@ -56,6 +61,7 @@ def run_summary(run: Run) -> dict[str, Any]:
                 "first_attempt": _num(r.get("eval/first_attempt_success")),
             }
         )
+    timed_evals = [r for r in records if _num(r.get("eval/cpu_s")) is not None]
     first = next((c for c in curve if c["step"] == 0), None)
     last = next((c for c in curve if c["step"] == run.config["steps"]), None)
     tries = attempts(run.run_dir)
@@ -83,8 +89,8 @@ def run_summary(run: Run) -> dict[str, Any]:
         "collect_cpu_s": sums.get("speed/collect_cpu_s"),
         "update_cpu_s": sums.get("speed/update_cpu_s"),
         # held-out evals: their CPU seconds and episodes (runs logged before eval/cpu_s existed have none)
-        "eval_cpu_s": sum(r["eval/cpu_s"] for r in records if _num(r.get("eval/cpu_s")) is not None) or None,
-        "eval_episodes": sum(run.config["eval_episodes"] for r in records if _num(r.get("eval/cpu_s")) is not None),
+        "eval_cpu_s": sum(r["eval/cpu_s"] for r in timed_evals) or None,
+        "eval_episodes": len(timed_evals) * run.config["eval_episodes"],
         "wall_s": sum(a.get("wall_s", 0.0) for a in tries) or None,
         "load": [a.get("load_start") for a in tries] + [a.get("load_end") for a in tries[-1:]],
         "eval_after_detail": result.get("eval_after"),
