@@ -15,10 +15,10 @@ from typing import Any, Literal
 from r3l_learn.algorithms import ABLATIONS, ALGORITHMS, Algorithm, hyperparameter_help, resolve_algorithm
 from r3l_learn.cli_args import env_id_problem, parse_kwargs
 from r3l_learn.evaluate import BACKENDS
-from r3l_learn.losses import AGGREGATIONS, KL_ESTIMATORS
+from r3l_learn.losses import AGGREGATIONS, AUX_MEANS, KL_ESTIMATORS
 from r3l_learn.models import DEFAULT_MODEL
 
-__all__ = ["HYPER_FLAGS", "RESUMABLE_CHANGES", "TrainConfig", "config_from_dict"]
+__all__ = ["FORMER_BEHAVIOUR", "HYPER_FLAGS", "RESUMABLE_CHANGES", "TrainConfig", "config_from_dict"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +28,10 @@ RESUMABLE_CHANGES = frozenset(
     | {"prompt_cache_mb", "micro_batch_size"}  # memory only: scores change by float rounding, the loss not at all
     | {"ray", "ray_workers", "ray_cpus", "ray_memory_mb"}  # where envs run never changes what they return
 )
+
+#: fields added with a default that differs from what runs saved before them did: the value those runs ran with
+#: (a saved config without the field is read with it, so resuming such a run at the new default is refused)
+FORMER_BEHAVIOUR: dict[str, Any] = {"aux_mean": "separate"}
 
 
 #: config fields that are shorthands for a hyperparameter of the same name (any other goes through ``hyper``)
@@ -91,6 +95,12 @@ class TrainConfig:
         None, f"positive amplification α; the authors' sweep found 1-5 similar (None: {hyperparameter_help('alpha')})"
     )
     aux_weight: float | None = _f(None, f"λ of the auxiliary SFT term; None: α ({_PAPER})")
+    aux_mean: str = _f(
+        "shared",
+        "shared: the aux rows join the policy rows' mean, as in the reference code; separate: λ times their own "
+        "token mean, 3-4x heavier (r3l_learn.update)",
+        choices=AUX_MEANS,
+    )
     kl_coef: float | None = _f(None, "KL coefficient; None: the algorithm's default (0 for r3l, 0.001 for grpo)")
     kl_estimator: str = _f("k3", "KL estimator (r3l_learn.losses.kl_penalty)", choices=KL_ESTIMATORS)
     clip: float | None = _f(None, f"ppo_clip's ε, the ratio kept in [1-ε, 1+ε] (None: {hyperparameter_help('clip')})")
@@ -210,6 +220,8 @@ class TrainConfig:
             problems.append(f"dtype must be 'float32', 'bfloat16' or 'auto', got {self.dtype!r}")
         if self.aggregation not in AGGREGATIONS:
             problems.append(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+        if self.aux_mean not in AUX_MEANS:
+            problems.append(f"aux_mean must be one of {AUX_MEANS}, got {self.aux_mean!r}")
         if self.kl_estimator not in KL_ESTIMATORS:
             problems.append(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
         if self.ray is not None and (self.ray_workers < 1 or not self.ray_cpus > 0):
@@ -245,6 +257,15 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self)))
+
+    def changed_from(self, saved: dict[str, Any], free: frozenset[str] = RESUMABLE_CHANGES) -> list[str]:
+        """The fields in which this config makes another run than the ``saved`` one (a run's ``config.json``),
+        beyond those in ``free`` and those its algorithm does not use. A field the saved config lacks (added after
+        it was written) ran as before the field existed: its default, or its :data:`FORMER_BEHAVIOUR`."""
+        former = {**TrainConfig().to_dict(), **FORMER_BEHAVIOUR}
+        unused = set() if self.algorithm.aux_samples else {"aux_weight", "aux_mean"}
+        now = self.to_dict()
+        return sorted(k for k in now if k not in free | unused and saved.get(k, former[k]) != now[k])
 
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:

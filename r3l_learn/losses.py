@@ -31,6 +31,7 @@ from r3l_learn.registry import Registry
 
 __all__ = [
     "AGGREGATIONS",
+    "AUX_MEANS",
     "OBJECTIVES",
     "KL_ESTIMATORS",
     "ObjectiveFn",
@@ -82,6 +83,8 @@ def register_objective(name: str, **properties: Any) -> Callable[[F], F]:
 
 
 AGGREGATIONS = ("token_mean", "seq_mean")
+#: how the auxiliary SFT rows are weighed against the policy rows (r3l_learn.update's docstring)
+AUX_MEANS = ("shared", "separate")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 

@@ -178,6 +178,7 @@ def _build(config: TrainConfig) -> _Run:
         objective_kwargs=algo.objective_kwargs(hyper),
         aggregation=config.aggregation,
         aux_weight=aux_weight if algo.aux_samples else 0.0,
+        aux_mean=config.aux_mean,
         kl_coef=kl_coef,
         kl_estimator=config.kl_estimator,
         chunk_size=config.logprob_chunk,

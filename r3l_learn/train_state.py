@@ -86,10 +86,7 @@ def resume_state(config: TrainConfig, model: Any, optimizer: Any, stream: TaskSt
     if path is None:
         raise ResumeError(f"--resume: no checkpoint in {out / 'checkpoints'}; start without --resume")
     state = load_checkpoint(path)
-    saved, now = state["config"], config.to_dict()
-    # a field added after the checkpoint was written ran at its default (the behaviour before the field existed)
-    defaults = TrainConfig().to_dict()
-    changed = sorted(k for k in now if k not in RESUMABLE_CHANGES and saved.get(k, defaults[k]) != now[k])
+    changed = config.changed_from(state["config"])
     if changed:
         raise ResumeError(
             f"{path} was made with a different configuration ({', '.join(changed)}); resume with the same settings "

@@ -1,10 +1,20 @@
 """The loss of a batch of rows, accumulated over micro-batches (R3L.md §4 for the R³L case).
 
-    L = agg_policy( objective(log π_θ; Â, log π_old) )  +  kl_coef · agg_policy( KL(π_θ ‖ π_ref) )
-        + aux_weight · token_mean_aux( -log π_θ )
+    L = agg( objective(log π_θ; Â, log π_old) )  +  kl_coef · agg( KL(π_θ ‖ π_ref) )
+        + aux_weight · agg_aux( -log π_θ )
 
-``agg_policy`` is the chosen aggregation over the loss-masked tokens of the policy rows (token-mean by
-default), with denominators taken over the *whole* batch, so any split into micro-batches gives the same
+How the auxiliary SFT rows are weighed is ``aux_mean``:
+
+- ``"shared"`` (default): the aux rows join the policy rows' aggregation, as rows with advantage λ, so every
+  denominator counts both (for the token mean: ``Σ_policy … + λ Σ_aux -log π`` over ``N_policy + N_aux`` tokens).
+  This is the reference code's weighting, in which aux samples are reward-1 rows with advantage α in the same
+  token mean, so their pull grows with their share of the batch's tokens.
+- ``"separate"``: λ times the aux rows' own token mean, R3L.md §4's formula read literally. It weighs the aux
+  term ``(N_policy + N_aux) / N_aux`` times heavier than the reference (≈ 3-4× on the TextWorld study), enough
+  for it to dominate the gradient: kept as an option because the first study ran with it (RESULTS.md).
+
+``agg`` is the chosen aggregation over the loss-masked tokens of the policy rows (token-mean by default),
+with denominators taken over the *whole* batch, so any split into micro-batches gives the same
 loss and gradient (the accumulated sum equals the full-batch value). Rows whose advantage is 0 add nothing
 to an objective registered with ``skip_zero_advantage`` and are skipped when no KL is asked for, but still count
 in the denominators. What else the loss needs of an objective (old log-probs for a ratio, reference log-probs)
@@ -24,7 +34,15 @@ import torch
 from r3l_learn.algorithms import ALGORITHMS, Algorithm
 from r3l_learn.batch import Batch, Row, collate, micro_batches
 from r3l_learn.logprobs import sequence_logprobs
-from r3l_learn.losses import AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES, ObjectiveProperties, aggregate, kl_penalty
+from r3l_learn.losses import (
+    AGGREGATIONS,
+    AUX_MEANS,
+    KL_ESTIMATORS,
+    OBJECTIVES,
+    ObjectiveProperties,
+    aggregate,
+    kl_penalty,
+)
 
 __all__ = ["LossConfig", "UpdateStats", "accumulate_gradients", "batch_loss"]
 
@@ -49,6 +67,7 @@ class LossConfig:
     objective_kwargs: dict[str, Any] = field(default_factory=dict)  # hyperparameters, e.g. {"clip": 0.2}
     aggregation: str = "token_mean"
     aux_weight: float = field(default_factory=_r3l_aux_weight)  # λ of the aux SFT term; R³L's: α
+    aux_mean: str = "shared"  # the aux rows in the policy rows' mean ("shared") or in their own ("separate")
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     chunk_size: int = 1024  # LM-head positions per chunk (see r3l_learn.logprobs)
@@ -60,6 +79,8 @@ class LossConfig:
             raise ValueError(f"objective {self.objective!r} has no hyperparameter {unknown}; it declares {declared}")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"unknown aggregation {self.aggregation!r}; choose one of {AGGREGATIONS}")
+        if self.aux_mean not in AUX_MEANS:
+            raise ValueError(f"unknown aux_mean {self.aux_mean!r}; choose one of {AUX_MEANS}")
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"unknown KL estimator {self.kl_estimator!r}; choose one of {KL_ESTIMATORS}")
 
@@ -94,18 +115,28 @@ class LossConfig:
 
 @dataclass
 class _Totals:
-    policy_tokens: float
-    policy_sequences: float
-    aux_tokens: float
+    """The whole batch's denominators: (tokens, sequences) with a loss mask, of the policy and the aux rows."""
+
+    policy: tuple[float, float]
+    aux: tuple[float, float]
 
     @classmethod
     def of(cls, rows: Sequence[Row]) -> _Totals:
-        policy = [r for r in rows if not r.aux]
-        return cls(
-            policy_tokens=sum(r.num_target_tokens for r in policy),
-            policy_sequences=sum(r.num_target_tokens > 0 for r in policy),
-            aux_tokens=sum(r.num_target_tokens for r in rows if r.aux),
-        )
+        def count(part: list[Row]) -> tuple[float, float]:
+            return sum(r.num_target_tokens for r in part), sum(r.num_target_tokens > 0 for r in part)
+
+        return cls(policy=count([r for r in rows if not r.aux]), aux=count([r for r in rows if r.aux]))
+
+    def denominators(self, aux_mean: str) -> tuple[dict[str, float], dict[str, float]]:
+        """``aggregate``'s totals for the policy part and for the aux part."""
+        policy, aux = self.policy, self.aux
+        if aux_mean == "shared":
+            policy = aux = (policy[0] + aux[0], policy[1] + aux[1])
+
+        def totals(pair: tuple[float, float]) -> dict[str, float]:
+            return {"total_tokens": pair[0], "total_sequences": pair[1]}
+
+        return totals(policy), totals(aux)
 
 
 @dataclass
@@ -131,6 +162,7 @@ def batch_loss(
     )
     policy, aux = ~batch.aux, batch.aux
     props = config.properties
+    policy_totals, aux_totals = totals.denominators(config.aux_mean)
     parts: dict[str, torch.Tensor] = {}
     if policy.any():
         mask = batch.loss_mask * policy[:, None]
@@ -143,13 +175,13 @@ def batch_loss(
             **extra,
             **config.objective_kwargs,
         )
-        agg = dict(total_tokens=totals.policy_tokens, total_sequences=totals.policy_sequences)
-        parts["policy"] = aggregate(per_token, mask, config.aggregation, **agg)
+        parts["policy"] = aggregate(per_token, mask, config.aggregation, **policy_totals)
         if config.kl_coef and ref is not None:
             kl = kl_penalty(logp, ref, config.kl_estimator)
-            parts["kl"] = aggregate(kl, mask, config.aggregation, **agg)
+            parts["kl"] = aggregate(kl, mask, config.aggregation, **policy_totals)
     if aux.any() and config.aux_weight:
-        parts["aux"] = aggregate(-logp, batch.loss_mask * aux[:, None], "token_mean", total_tokens=totals.aux_tokens)
+        how = config.aggregation if config.aux_mean == "shared" else "token_mean"
+        parts["aux"] = aggregate(-logp, batch.loss_mask * aux[:, None], how, **aux_totals)
     zero = logp.sum() * 0.0  # keeps the graph (and the dtype) when a part is absent
     loss = zero + parts.get("policy", 0.0) + config.kl_coef * parts.get("kl", 0.0)
     loss = loss + config.aux_weight * parts.get("aux", 0.0)
@@ -175,7 +207,7 @@ def accumulate_gradients(
     zero_advantage_counts = config.kl_coef > 0 or not config.properties.skip_zero_advantage
     trainable = [r for r in rows if r.num_target_tokens > 0 and (r.aux or r.advantage != 0 or zero_advantage_counts)]
     stats = UpdateStats(skipped_rows=len(rows) - len(trainable))
-    stats.target_tokens = int(totals.policy_tokens + totals.aux_tokens)
+    stats.target_tokens = int(totals.policy[0] + totals.aux[0])
     device = next(model.parameters()).device
     for chunk in micro_batches(trainable, micro_batch_size):
         batch = collate(chunk, pad_id).to(device)

@@ -32,15 +32,12 @@ def finished(run: Run) -> bool:
 def state(run: Run) -> str:
     """``done``, ``resume`` (checkpoints, no final eval), ``fresh`` (nothing usable) or ``stale`` (the run
     directory holds a run of another configuration)."""
-    from r3l_learn.train import RESUMABLE_CHANGES  # what a run may change and still resume
+    from r3l_learn.train import RESUMABLE_CHANGES, config_from_dict  # what a run may change and still resume
 
     saved = run.run_dir / "config.json"
-    if saved.is_file():
-        old = json.loads(saved.read_text())
-        free = RESUMABLE_CHANGES | MEMORY_ONLY
-        changed = [k for k in run.config if k not in free and old.get(k) != run.config[k]]
-        if changed:
-            return "stale"
+    free = RESUMABLE_CHANGES | MEMORY_ONLY
+    if saved.is_file() and config_from_dict(run.config).changed_from(json.loads(saved.read_text()), free):
+        return "stale"
     if finished(run):
         return "done"
     from r3l_learn.checkpoints import latest_checkpoint

@@ -89,12 +89,18 @@ def test_method_envs_restricts_cells_and_the_page_says_so(tmp_path):
 def test_only_memory_settings_may_be_overridden_and_they_keep_a_run_current(tmp_path):
     with pytest.raises(ValueError, match="micro_batch_size"):
         scheduler.sweep(MODE, out_root=tmp_path, envs=ENVS, overrides={"lr": 1.0})
+    from r3l_learn.train import config_from_dict
+
     run = grid.build_grid(MODE, tmp_path, envs=ENVS)[0]
     run.run_dir.mkdir(parents=True)
-    (run.run_dir / "config.json").write_text(json.dumps({**run.config, "micro_batch_size": 1}))
+    saved = config_from_dict(run.config).to_dict()  # as train writes it: every field
+    (run.run_dir / "config.json").write_text(json.dumps({**saved, "micro_batch_size": 1}))
     assert rundir.state(run) == "fresh"  # not "stale": the loss does not depend on the micro-batch size
-    (run.run_dir / "config.json").write_text(json.dumps({**run.config, "lr": 1.0}))
+    (run.run_dir / "config.json").write_text(json.dumps({**saved, "lr": 1.0}))
     assert rundir.state(run) == "stale"
+    del saved["aux_mean"]  # a run saved before the field existed ran with the aux term in its own mean
+    (run.run_dir / "config.json").write_text(json.dumps(saved))
+    assert run.method_key == "r3l-oracle" and rundir.state(run) == "stale"
 
 
 def test_every_mode_builds_valid_configs(tmp_path):

@@ -216,3 +216,14 @@ def test_reflect_retry_rules_follow_the_row_not_the_name(monkeypatch):
     assert TrainConfig(algo="grpo", group_size=3).group_size == 3
     with pytest.raises(ValueError, match="does not use"):
         TrainConfig(algo="grpo", ablations=("no_pivot_credit",))
+
+
+def test_a_saved_r3l_config_without_aux_mean_ran_with_the_aux_term_in_its_own_mean():
+    from r3l_learn.config import TrainConfig
+
+    saved = TrainConfig(algo="r3l", aux_mean="separate").to_dict()
+    del saved["aux_mean"]  # written before the field existed
+    assert TrainConfig(algo="r3l").changed_from(saved) == ["aux_mean"]  # the new default is another run
+    assert TrainConfig(algo="r3l", aux_mean="separate").changed_from(saved) == []
+    assert TrainConfig(algo="r3l", lr=1.0).changed_from(saved) == ["aux_mean", "lr"]
+    assert TrainConfig(algo="grpo").changed_from({**saved, "algo": "grpo"}) == []  # no aux rows: unused

@@ -118,19 +118,23 @@ def test_one_raft_step_trains_on_groups_with_expert_demonstrations(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_checkpoint_from_before_a_new_config_field_resumes_at_its_default(tmp_path):
-    """A checkpoint written before ``expert_demos`` existed ran without expert demonstrations: resuming it with
-    the default must work (it failed: the missing field read as None, a "different configuration")."""
-    config = _config(tmp_path, algo="grpo", expert_demos=0, steps=1, checkpoint_every=1)
-    train(config)
-    path = latest_checkpoint(tmp_path / "run" / "checkpoints")
-    state = load_checkpoint(path)
-    del state["config"]["expert_demos"]
-    torch.save(state, path)
-    resumed = train(_config(tmp_path, algo="grpo", expert_demos=0, steps=2, checkpoint_every=1), resume=True)
-    assert resumed.steps_done == 2
-    state = load_checkpoint(latest_checkpoint(tmp_path / "run" / "checkpoints"))
-    del state["config"]["expert_demos"]  # still: an old run cannot be resumed as another one
-    torch.save(state, latest_checkpoint(tmp_path / "run" / "checkpoints"))
+def test_a_checkpoint_from_before_new_config_fields_resumes_as_it_ran(tmp_path):
+    """A checkpoint written before ``expert_demos`` and ``aux_mean`` existed ran without expert demonstrations and
+    with the aux term in its own mean: resuming it so must work (it failed once: the missing field read as None,
+    a "different configuration"), and resuming it as another run must not."""
+    old = dict(algo="grpo", expert_demos=0, aux_mean="separate", checkpoint_every=1)
+
+    def forget_the_new_fields():
+        path = latest_checkpoint(tmp_path / "run" / "checkpoints")
+        state = load_checkpoint(path)
+        del state["config"]["expert_demos"], state["config"]["aux_mean"]
+        torch.save(state, path)
+
+    train(_config(tmp_path, **old, steps=1))
+    forget_the_new_fields()
+    assert train(_config(tmp_path, **old, steps=2), resume=True).steps_done == 2
+    forget_the_new_fields()
     with pytest.raises(Exception, match="expert_demos"):
-        train(_config(tmp_path, algo="grpo", expert_demos=1, steps=3), resume=True)
+        train(_config(tmp_path, **{**old, "expert_demos": 1}, steps=3), resume=True)
+    # GRPO trains no aux rows, so aux_mean's new default makes no other run (see test_algorithms for R³L)
+    assert train(_config(tmp_path, **{**old, "aux_mean": "shared"}, steps=3), resume=True).steps_done == 3
