@@ -263,7 +263,13 @@ class TrainConfig:
         beyond those in ``free`` and those its algorithm does not use. A field the saved config lacks (added after
         it was written) ran as before the field existed: its default, or its :data:`FORMER_BEHAVIOUR`."""
         former = {**TrainConfig().to_dict(), **FORMER_BEHAVIOUR}
-        unused = set() if self.algorithm.aux_samples else {"aux_weight", "aux_mean"}
+        unused = (
+            {"aux_weight", "aux_mean"}
+            if not self.algorithm.aux_samples
+            else {"aux_mean"}
+            if self.aux_weight == 0
+            else set()
+        )
         now = self.to_dict()
         return sorted(k for k in now if k not in free | unused and saved.get(k, former[k]) != now[k])
 

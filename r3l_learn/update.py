@@ -127,10 +127,10 @@ class _Totals:
 
         return cls(policy=count([r for r in rows if not r.aux]), aux=count([r for r in rows if r.aux]))
 
-    def denominators(self, aux_mean: str) -> tuple[dict[str, float], dict[str, float]]:
-        """``aggregate``'s totals for the policy part and for the aux part."""
+    def denominators(self, config: LossConfig) -> tuple[dict[str, float], dict[str, float]]:
+        """``aggregate``'s totals for the policy part and for the aux part (aux rows weighed 0 count nowhere)."""
         policy, aux = self.policy, self.aux
-        if aux_mean == "shared":
+        if config.aux_mean == "shared" and config.aux_weight:
             policy = aux = (policy[0] + aux[0], policy[1] + aux[1])
 
         def totals(pair: tuple[float, float]) -> dict[str, float]:
@@ -162,7 +162,7 @@ def batch_loss(
     )
     policy, aux = ~batch.aux, batch.aux
     props = config.properties
-    policy_totals, aux_totals = totals.denominators(config.aux_mean)
+    policy_totals, aux_totals = totals.denominators(config)
     parts: dict[str, torch.Tensor] = {}
     if policy.any():
         mask = batch.loss_mask * policy[:, None]
@@ -205,7 +205,12 @@ def accumulate_gradients(
         raise ValueError(f"objective {config.objective!r} needs reference log-probs: pass ref_fn")
     totals = _Totals.of(rows)
     zero_advantage_counts = config.kl_coef > 0 or not config.properties.skip_zero_advantage
-    trainable = [r for r in rows if r.num_target_tokens > 0 and (r.aux or r.advantage != 0 or zero_advantage_counts)]
+    trainable = [
+        r
+        for r in rows
+        if r.num_target_tokens > 0
+        and (bool(config.aux_weight) if r.aux else (r.advantage != 0 or zero_advantage_counts))
+    ]
     stats = UpdateStats(skipped_rows=len(rows) - len(trainable))
     stats.target_tokens = int(totals.policy[0] + totals.aux[0])
     device = next(model.parameters()).device

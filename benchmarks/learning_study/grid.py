@@ -115,6 +115,10 @@ METHODS: dict[str, Method] = {
     "r3l-no-amplification": Method("R³L − amplification", "r3l", ("no_amplification",), role="ablation"),
     "r3l-no-pivot-credit": Method("R³L − pivotal credit", "r3l", ("no_pivot_credit",), role="ablation"),
     "r3l-retry-from-scratch": Method("R³L, retry from scratch", "r3l", ("retry_from_scratch",), role="ablation"),
+    # How the auxiliary SFT term is weighed (r3l_learn.update): λ times the aux rows' own token mean, which the first
+    # study ran with (3-4x the reference code's weight), and no aux term at all.
+    "r3l-aux-own-mean": Method("R³L, aux SFT in its own mean", "r3l", role="ablation", config={"aux_mean": "separate"}),
+    "r3l-no-aux": Method("R³L − aux SFT", "r3l", role="ablation", config={"aux_weight": 0.0}),
     "r3l-self": Method("R³L (self-reflection)", "r3l", reflector="self", role="reflector"),
     # The oracle's privilege given to a baseline: per task, half of RAFT's group plays the env's expert plan (the
     # information the oracle reflector reads), at the same budget of trajectories.
@@ -193,7 +197,7 @@ MODES: dict[str, Mode] = {
         "8 steps of 2 tasks × 4 trajectories (64 per run), 64 held-out episodes before, after 4 steps and after 8, "
         f"3 seeds, lr 1e-4; autocast {CPU_AUTOCAST} (bf16 only where the CPU has it); TextWorld only",
         envs=("textworld",),
-        methods=(REFERENCE, "grpo", "raft", "opmd", "raft-expert", "r3l-self"),
+        methods=(REFERENCE, "grpo", "r3l-aux-own-mean", "r3l-no-aux", "raft", "opmd", "raft-expert", "r3l-self"),
         seeds=(0, 1, 2),
         steps=8,
         tasks_per_step=2,

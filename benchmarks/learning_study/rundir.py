@@ -35,7 +35,7 @@ def state(run: Run) -> str:
     from r3l_learn.train import RESUMABLE_CHANGES, config_from_dict  # what a run may change and still resume
 
     saved = run.run_dir / "config.json"
-    free = RESUMABLE_CHANGES | MEMORY_ONLY
+    free = RESUMABLE_CHANGES | MEMORY_ONLY | {"out_dir"}  # a run moved to its cell's directory is still that run
     if saved.is_file() and config_from_dict(run.config).changed_from(json.loads(saved.read_text()), free):
         return "stale"
     if finished(run):

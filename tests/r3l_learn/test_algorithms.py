@@ -227,3 +227,4 @@ def test_a_saved_r3l_config_without_aux_mean_ran_with_the_aux_term_in_its_own_me
     assert TrainConfig(algo="r3l", aux_mean="separate").changed_from(saved) == []
     assert TrainConfig(algo="r3l", lr=1.0).changed_from(saved) == ["aux_mean", "lr"]
     assert TrainConfig(algo="grpo").changed_from({**saved, "algo": "grpo"}) == []  # no aux rows: unused
+    assert TrainConfig(algo="r3l", aux_weight=0.0).changed_from({**saved, "aux_weight": 0.0}) == []  # weighed 0

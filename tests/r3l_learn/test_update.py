@@ -67,10 +67,10 @@ def _full_logprobs(model, ids):
     return torch.log_softmax(model(input_ids=x).logits[0].float(), -1)[:-1].gather(-1, x[0, 1:, None])[:, 0]
 
 
-@pytest.mark.parametrize("aux_mean", ["shared", "separate"])
-def test_r3l_loss_equals_a_hand_computation_on_two_groups_with_masks_and_aux(aux_mean):
+@pytest.mark.parametrize("aux_mean, aux_weight", [("shared", 2.0), ("separate", 2.0), ("shared", 0.0)])
+def test_r3l_loss_equals_a_hand_computation_on_two_groups_with_masks_and_aux(aux_mean, aux_weight):
     """shared: the aux tokens join the policy rows' token mean (the reference code's weighting); separate: λ
-    times their own token mean."""
+    times their own token mean; λ = 0: the aux rows count nowhere (and are not run through the model)."""
     model, _ = tiny_model(seed=2)
     ids = [[1, 10, 11, 12, 13, 2], [1, 20, 21, 22, 2], [1, 30, 31, 32, 33, 34, 2], [1, 40, 41, 2]]
     masks = [[0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1], [0, 1, 1, 0, 1, 1, 0], [0, 1, 1, 1]]  # pivot masks included
@@ -85,19 +85,22 @@ def test_r3l_loss_equals_a_hand_computation_on_two_groups_with_masks_and_aux(aux
     advantages = [-0.5, 3.0, 0.75, -0.25]
     assert [r.advantage for r in rows[:4]] == pytest.approx(advantages)
     model.train()
-    config = LossConfig(aux_weight=2.0, aux_mean=aux_mean)
+    config = LossConfig(aux_weight=aux_weight, aux_mean=aux_mean)
     stats = accumulate_gradients(model, rows, config, micro_batch_size=2, pad_id=0)
+    assert stats.skipped_rows == (1 if aux_weight == 0 else 0)
     with torch.no_grad():
         terms = [-a * (_full_logprobs(model, i) * torch.tensor(m[1:])).sum() for a, i, m in zip(advantages, ids, masks)]
         aux_sum = -(_full_logprobs(model, aux.token_ids) * torch.tensor(aux.loss_mask[1:])).sum()
         policy_tokens, aux_tokens = sum(sum(m[1:]) for m in masks), 3
-        if aux_mean == "shared":
+        if aux_weight == 0:
+            policy, sft = sum(terms) / policy_tokens, 0.0
+        elif aux_mean == "shared":
             policy, sft = sum(terms) / (policy_tokens + aux_tokens), aux_sum / (policy_tokens + aux_tokens)
         else:
             policy, sft = sum(terms) / policy_tokens, aux_sum / aux_tokens
     assert stats.policy_loss == pytest.approx(float(policy), rel=1e-5)
     assert stats.aux_loss == pytest.approx(float(sft), rel=1e-5)
-    assert stats.loss == pytest.approx(float(policy + 2.0 * sft), rel=1e-5)
+    assert stats.loss == pytest.approx(float(policy + aux_weight * sft), rel=1e-5)
 
 
 def test_gradient_accumulation_1x8_equals_8x1(groups):
