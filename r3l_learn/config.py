@@ -263,13 +263,11 @@ class TrainConfig:
         beyond those in ``free`` and those its algorithm does not use. A field the saved config lacks (added after
         it was written) ran as before the field existed: its default, or its :data:`FORMER_BEHAVIOUR`."""
         former = {**TrainConfig().to_dict(), **FORMER_BEHAVIOUR}
-        unused = (
-            {"aux_weight", "aux_mean"}
-            if not self.algorithm.aux_samples
-            else {"aux_mean"}
-            if self.aux_weight == 0
-            else set()
-        )
+        unused: set[str] = set()
+        if not self.algorithm.aux_samples:  # no aux rows to weigh
+            unused = {"aux_weight", "aux_mean"}
+        elif self.aux_weight == 0:  # aux rows weighed 0 count in no denominator
+            unused = {"aux_mean"}
         now = self.to_dict()
         return sorted(k for k in now if k not in free | unused and saved.get(k, former[k]) != now[k])
 
