@@ -169,19 +169,17 @@ class _Run:
 
 def _build(config: TrainConfig) -> _Run:
     """The model, optimiser, loss, KL reference and the train tasks' order (nothing written yet)."""
-    algo = config.algorithm
-    kl_coef = algo.kl_coef if config.kl_coef is None else config.kl_coef
-    hyper = config.hyper_values()
-    aux_weight = algo.aux_weight_value(hyper) if config.aux_weight is None else config.aux_weight
-    loss = LossConfig(
-        objective=algo.objective,
-        objective_kwargs=algo.objective_kwargs(hyper),
+    algo, hyper = config.algorithm, config.hyper_values()
+    kl = {} if config.kl_coef is None else {"kl_coef": config.kl_coef}  # None: the algorithm's own
+    loss = LossConfig.for_algorithm(
+        algo,
+        hyper,
+        aux_weight=config.aux_weight,
         aggregation=config.aggregation,
-        aux_weight=aux_weight if algo.aux_samples else 0.0,
         aux_mean=config.aux_mean,
-        kl_coef=kl_coef,
         kl_estimator=config.kl_estimator,
         chunk_size=config.logprob_chunk,
+        **kl,
     )
     autocast = torch.bfloat16 if resolve_autocast(config.autocast, config.device) == "bf16" else None
 
