@@ -136,6 +136,7 @@ def make_group_builder(
     pivotal_credit: bool = True,
     restart: str = "pivot",
     aux_samples: bool = True,
+    reflection_samples: bool = True,
     fill: bool = True,
     env_kwargs: dict[str, Any] | None = None,
     expert_demos: int = 0,
@@ -161,5 +162,6 @@ def make_group_builder(
         pivotal_credit=pivotal_credit,
         restart=restart,
         aux_samples=aux_samples,
+        reflection_samples=reflection_samples,
     )
     return ReflectRetry(env, policy, reflector, config, env_kwargs=env_kwargs)

@@ -33,6 +33,9 @@ RESUMABLE_CHANGES = frozenset(
 #: (a saved config without the field is read with it, so resuming such a run at the new default is refused)
 FORMER_BEHAVIOUR: dict[str, Any] = {"aux_mean": "separate"}
 
+#: which auxiliary reflection samples train (``TrainConfig.aux_reflection``)
+AUX_REFLECTIONS = ("always", "when_self", "never")
+
 
 #: config fields that are shorthands for a hyperparameter of the same name (any other goes through ``hyper``)
 HYPER_FLAGS = ("alpha", "clip", "eps")
@@ -100,6 +103,12 @@ class TrainConfig:
         "shared: the aux rows join the policy rows' mean, as in the reference code; separate: λ times their own "
         "token mean, 3-4x heavier (r3l_learn.update)",
         choices=AUX_MEANS,
+    )
+    aux_reflection: str = _f(
+        "always",
+        "which reflection samples the aux term trains (the guided-retry samples always train): always; when_self: "
+        "only when the policy is its own reflector, the one run that uses the skill; never",
+        choices=AUX_REFLECTIONS,
     )
     kl_coef: float | None = _f(None, "KL coefficient; None: the algorithm's default (0 for r3l, 0.001 for grpo)")
     kl_estimator: str = _f("k3", "KL estimator (r3l_learn.losses.kl_penalty)", choices=KL_ESTIMATORS)
@@ -222,6 +231,8 @@ class TrainConfig:
             problems.append(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         if self.aux_mean not in AUX_MEANS:
             problems.append(f"aux_mean must be one of {AUX_MEANS}, got {self.aux_mean!r}")
+        if self.aux_reflection not in AUX_REFLECTIONS:
+            problems.append(f"aux_reflection must be one of {AUX_REFLECTIONS}, got {self.aux_reflection!r}")
         if self.kl_estimator not in KL_ESTIMATORS:
             problems.append(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
         if self.ray is not None and (self.ray_workers < 1 or not self.ray_cpus > 0):
@@ -258,6 +269,11 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self)))
 
+    @property
+    def trains_reflection(self) -> bool:
+        """Whether the aux term trains the reflection samples (``aux_reflection``, read for the reflector)."""
+        return self.aux_reflection == "always" or (self.aux_reflection == "when_self" and self.reflector == "self")
+
     def changed_from(self, saved: dict[str, Any], free: frozenset[str] = RESUMABLE_CHANGES) -> list[str]:
         """The fields in which this config makes another run than the ``saved`` one (a run's ``config.json``),
         beyond those in ``free`` and those its algorithm does not use. A field the saved config lacks (added after
@@ -265,9 +281,9 @@ class TrainConfig:
         former = {**TrainConfig().to_dict(), **FORMER_BEHAVIOUR}
         unused: set[str] = set()
         if not self.algorithm.aux_samples:  # no aux rows to weigh
-            unused = {"aux_weight", "aux_mean"}
+            unused = {"aux_weight", "aux_mean", "aux_reflection"}
         elif self.aux_weight == 0:  # aux rows weighed 0 count in no denominator
-            unused = {"aux_mean"}
+            unused = {"aux_mean", "aux_reflection"}
         now = self.to_dict()
         return sorted(k for k in now if k not in free | unused and saved.get(k, former[k]) != now[k])
 

@@ -220,6 +220,7 @@ def _open(run: _Run, collector: Collector | None) -> None:
         pivotal_credit=run.algo.pivotal_credit,
         restart=run.algo.restart,
         aux_samples=run.algo.aux_samples,
+        reflection_samples=config.trains_reflection,
         fill=config.fill,
         expert_demos=config.expert_demos,
     )

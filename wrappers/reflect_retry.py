@@ -72,6 +72,9 @@ class ReflectRetryConfig:
             replays the retry from turn 0 with the same guidance (a Reflect-GRPO-style retry: the whole episode
             is generated again and every turn is target), the baseline that restart-at-pivot is measured against.
         aux_samples: build the auxiliary ``reflection`` / ``guided_retry`` samples (R3L.md §1.6).
+        reflection_samples: with ``aux_samples``, build the ``reflection`` sample too. It teaches the policy to
+            diagnose like the reflector, a skill a run uses only when the policy reflects itself; with another
+            reflector (the oracle, another model) it is a distillation of that reflector, off by a learner's choice.
         success_threshold: the reward a retry must reach to count as having beaten its base.
         keep_checkpoints: keep the per-turn env checkpoints in the output (off: groups stay small).
         max_envs: at most this many env instances (and episodes in flight): the bases are played, reflected
@@ -86,6 +89,7 @@ class ReflectRetryConfig:
     pivotal_credit: bool = True
     restart: Literal["pivot", "scratch"] = "pivot"
     aux_samples: bool = True
+    reflection_samples: bool = True
     success_threshold: float = 1.0
     keep_checkpoints: bool = False
     max_envs: int | None = None
@@ -290,7 +294,7 @@ class ReflectRetry:
         """The reflection sample (prompt → diagnosis) and the guided-retry sample (prefix + guidance → suffix)."""
         policy, meta = self.policy, {"task_id": base.task_id, "pivot": retry.pivot, "reward": retry.reward}
         samples = []
-        if refl.prompt:
+        if refl.prompt and self.config.reflection_samples:
             prompt = policy.tokenize(policy.render(refl.prompt, add_generation_prompt=True))
             own = (
                 refl.token_ids is not None

@@ -119,6 +119,11 @@ METHODS: dict[str, Method] = {
     # study ran with (3-4x the reference code's weight), and no aux term at all.
     "r3l-aux-own-mean": Method("R³L, aux SFT in its own mean", "r3l", role="ablation", config={"aux_mean": "separate"}),
     "r3l-no-aux": Method("R³L − aux SFT", "r3l", role="ablation", config={"aux_weight": 0.0}),
+    # The aux term without the reflection samples, which teach the policy to write the oracle's diagnosis: a skill
+    # an oracle-reflected run never uses (the guided-retry samples still train).
+    "r3l-no-reflection-sft": Method(
+        "R³L − reflection SFT", "r3l", role="ablation", config={"aux_reflection": "when_self"}
+    ),
     "r3l-self": Method("R³L (self-reflection)", "r3l", reflector="self", role="reflector"),
     # The oracle's privilege given to a baseline: per task, half of RAFT's group plays the env's expert plan (the
     # information the oracle reflector reads), at the same budget of trajectories.
@@ -197,7 +202,17 @@ MODES: dict[str, Mode] = {
         "8 steps of 2 tasks × 4 trajectories (64 per run), 64 held-out episodes before, after 4 steps and after 8, "
         f"3 seeds, lr 1e-4; autocast {CPU_AUTOCAST} (bf16 only where the CPU has it); TextWorld only",
         envs=("textworld",),
-        methods=(REFERENCE, "grpo", "r3l-aux-own-mean", "r3l-no-aux", "raft", "opmd", "raft-expert", "r3l-self"),
+        methods=(
+            REFERENCE,
+            "grpo",
+            "r3l-aux-own-mean",
+            "r3l-no-aux",
+            "r3l-no-reflection-sft",
+            "raft",
+            "opmd",
+            "raft-expert",
+            "r3l-self",
+        ),
         seeds=(0, 1, 2),
         steps=8,
         tasks_per_step=2,
