@@ -228,3 +228,21 @@ def test_a_saved_r3l_config_without_aux_mean_ran_with_the_aux_term_in_its_own_me
     assert TrainConfig(algo="r3l", lr=1.0).changed_from(saved) == ["aux_mean", "lr"]
     assert TrainConfig(algo="grpo").changed_from({**saved, "algo": "grpo"}) == []  # no aux rows: unused
     assert TrainConfig(algo="r3l", aux_weight=0.0).changed_from({**saved, "aux_weight": 0.0}) == []  # weighed 0
+
+
+def test_which_reflection_samples_train_depends_on_who_reflects():
+    from r3l_learn.config import TrainConfig
+
+    def trains(aux_reflection, reflector):
+        return TrainConfig(algo="r3l", aux_reflection=aux_reflection, reflector=reflector).trains_reflection
+
+    assert [trains("always", r) for r in ("self", "oracle")] == [True, True]
+    assert [trains("when_self", r) for r in ("self", "oracle")] == [True, False]
+    assert [trains("never", r) for r in ("self", "oracle")] == [False, False]
+    with pytest.raises(ValueError, match="aux_reflection must be one of"):
+        TrainConfig(aux_reflection="sometimes")
+    saved = TrainConfig(algo="r3l").to_dict()
+    assert TrainConfig(algo="r3l", aux_reflection="never").changed_from(saved) == ["aux_reflection"]
+    assert (
+        TrainConfig(algo="r3l", aux_reflection="never", aux_weight=0.0).changed_from({**saved, "aux_weight": 0}) == []
+    )

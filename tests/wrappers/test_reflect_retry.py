@@ -183,6 +183,17 @@ def test_aux_samples_only_when_the_retry_beat_its_base(corridor_groups):
     assert target["retry_from_step"] == refl.metadata["pivot"]  # canonical JSON with the pivot actually used
 
 
+def test_without_reflection_samples_only_the_guided_retries_are_kept(corridor_groups):
+    _, groups = corridor_groups
+    config = ReflectRetryConfig(group_size=8, rollout=RolloutConfig(max_turns=10), reflection_samples=False)
+    rr = ReflectRetry("r3ltest/Corridor-v0", scripted(recording_walker), PolicyReflector(scripted(REFLECTIONS)), config)
+    without = rr.collect(["corridor-train-000000", "corridor-train-000001"], seed=3)
+    for full, lean in zip(groups, without, strict=True):
+        assert [t.token_ids for t in lean.trajectories] == [t.token_ids for t in full.trajectories]
+        guided = [s.token_ids for s in full.samples if s.kind == "guided_retry"]
+        assert guided and [s.token_ids for s in lean.samples] == guided
+
+
 def test_beats_rule():
     from wrappers import Trajectory, Turn
 
