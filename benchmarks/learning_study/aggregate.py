@@ -121,11 +121,10 @@ def cell_summary(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
         for key, value in s["sums"].items():
             pooled[key] = pooled.get(key, 0.0) + value
     out["pooled"] = pooled
-    has = bool(pooled)
-    out["generated_tokens"] = mean_ci(
-        [s["sums"].get("rollout_tokens", 0) + s["sums"].get("reflection_tokens", 0) for s in done] if has else []
-    )
-    out["env_steps"] = mean_ci([s["sums"].get("env_steps") for s in done] if has else [])
+    # a run logged before the bench/* counters existed has none: it is left out, never counted as 0 tokens
+    counted = [s["sums"] for s in done if "rollout_tokens" in s["sums"]]
+    out["generated_tokens"] = mean_ci([c["rollout_tokens"] + c.get("reflection_tokens", 0) for c in counted])
+    out["env_steps"] = mean_ci([c["env_steps"] for c in counted if "env_steps" in c])
     spent = pooled.get("rollout_tokens", 0) + pooled.get("reflection_tokens", 0)
     out["economics"] = {
         "retries": pooled.get("retries"),
@@ -136,7 +135,7 @@ def cell_summary(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "token_cost_vs_scratch": ratio(pooled.get("retry_tokens"), pooled.get("scratch_tokens")),
         "step_cost_vs_scratch": ratio(pooled.get("retry_env_steps"), pooled.get("scratch_env_steps")),
         "train_success_rate": ratio(pooled.get("successes"), pooled.get("trajectories")),
-        "tokens_per_success": ratio(spent, pooled.get("successes")) if has else None,
+        "tokens_per_success": ratio(spent, pooled.get("successes")) if counted else None,
         "env_steps_per_success": ratio(pooled.get("env_steps"), pooled.get("successes")),
         "masked_share": (1 - pooled["target_tokens"] / pooled["agent_tokens"] if pooled.get("agent_tokens") else None),
         "successes": pooled.get("successes"),

@@ -229,3 +229,17 @@ def test_the_demo_is_the_first_half_of_the_studys_r3l_run():
     assert demo.changed_from(study.to_dict(), frozenset(free)) == []
     assert demo.autocast == "auto" and study.autocast == grid.CPU_AUTOCAST  # the same choice on this CPU
     assert mode.eval_every == demo.steps < study.steps and 32 <= demo.eval_episodes <= study.eval_episodes
+
+
+def test_a_run_without_token_counters_is_left_out_of_the_token_means_not_counted_as_zero():
+    def run(seed, sums):
+        point = {"success": 0.5, "score": 0.5, "first_attempt": None}
+        return {
+            "seed": seed, "finished": True, "before": point, "after": point, "trajectories": 64, "updates": 8,
+            "logged_generated_tokens": 1800, "wall_s": None, "eval_after_detail": None, "sums": sums,
+        }  # fmt: skip
+
+    counted = {"rollout_tokens": 1800.0, "reflection_tokens": 200.0, "env_steps": 100.0}
+    cell = aggregate.cell_summary([run(0, counted), run(1, counted), run(2, {})])  # seed 2 ran before bench/*
+    assert cell["generated_tokens"]["mean"] == 2000 and cell["generated_tokens"]["n"] == 2
+    assert cell["env_steps"]["mean"] == 100 and cell["env_steps"]["n"] == 2
