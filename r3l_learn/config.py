@@ -31,7 +31,7 @@ RESUMABLE_CHANGES = frozenset(
 
 #: fields added with a default that differs from what runs saved before them did: the value those runs ran with
 #: (a saved config without the field is read with it, so resuming such a run at the new default is refused)
-FORMER_BEHAVIOUR: dict[str, Any] = {"aux_mean": "separate"}
+FORMER_BEHAVIOUR: dict[str, Any] = {"aux_mean": "separate", "aux_reflection": "always"}
 
 #: which auxiliary reflection samples train (``TrainConfig.aux_reflection``)
 AUX_REFLECTIONS = ("always", "when_self", "never")
@@ -105,9 +105,10 @@ class TrainConfig:
         choices=AUX_MEANS,
     )
     aux_reflection: str = _f(
-        "always",
-        "which reflection samples the aux term trains (the guided-retry samples always train): always; when_self: "
-        "only when the policy is its own reflector, the one run that uses the skill; never",
+        "when_self",
+        "which reflection samples the aux term trains (the guided-retry samples always do): when_self: only when "
+        "the policy reflects itself (the paper's setting), since only then does the run use the skill; always: "
+        "also another reflector's (the oracle's), which distils its diagnoses into the policy; never",
         choices=AUX_REFLECTIONS,
     )
     kl_coef: float | None = _f(None, "KL coefficient; None: the algorithm's default (0 for r3l, 0.001 for grpo)")
@@ -272,7 +273,7 @@ class TrainConfig:
     @property
     def trains_reflection(self) -> bool:
         """Whether the aux term trains the reflection samples (``aux_reflection``, read for the reflector)."""
-        return self.aux_reflection == "always" or (self.aux_reflection == "when_self" and self.reflector == "self")
+        return trains_reflection(self.aux_reflection, self.reflector)
 
     def changed_from(self, saved: dict[str, Any], free: frozenset[str] = RESUMABLE_CHANGES) -> list[str]:
         """The fields in which this config makes another run than the ``saved`` one (a run's ``config.json``),
@@ -284,8 +285,16 @@ class TrainConfig:
             unused = {"aux_weight", "aux_mean", "aux_reflection"}
         elif self.aux_weight == 0:  # aux rows weighed 0 count in no denominator
             unused = {"aux_mean", "aux_reflection"}
+        was = {**former, **saved}
+        if trains_reflection(was["aux_reflection"], was["reflector"]) == self.trains_reflection:
+            unused.add("aux_reflection")  # e.g. always and when_self with the policy reflecting: the same run
         now = self.to_dict()
         return sorted(k for k in now if k not in free | unused and saved.get(k, former[k]) != now[k])
+
+
+def trains_reflection(aux_reflection: str, reflector: str) -> bool:
+    """Whether ``aux_reflection`` trains the reflection samples of ``reflector``'s diagnoses."""
+    return aux_reflection == "always" or (aux_reflection == "when_self" and reflector == "self")
 
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:

@@ -58,6 +58,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "algo": "r3l",
         "reflector": "oracle",
         "aux_mean": "separate",
+        "aux_reflection": "always",
         "steps": 4,
         "tasks_per_step": 2,
         "group_size": 4,

@@ -115,15 +115,19 @@ METHODS: dict[str, Method] = {
     "r3l-no-amplification": Method("R³L − amplification", "r3l", ("no_amplification",), role="ablation"),
     "r3l-no-pivot-credit": Method("R³L − pivotal credit", "r3l", ("no_pivot_credit",), role="ablation"),
     "r3l-retry-from-scratch": Method("R³L, retry from scratch", "r3l", ("retry_from_scratch",), role="ablation"),
-    # How the auxiliary SFT term is weighed (r3l_learn.update): λ times the aux rows' own token mean, which the first
-    # study ran with (3-4x the reference code's weight), and no aux term at all.
-    "r3l-aux-own-mean": Method("R³L, aux SFT in its own mean", "r3l", role="ablation", config={"aux_mean": "separate"}),
-    "r3l-no-aux": Method("R³L − aux SFT", "r3l", role="ablation", config={"aux_weight": 0.0}),
-    # The aux term without the reflection samples, which teach the policy to write the oracle's diagnosis: a skill
-    # an oracle-reflected run never uses (the guided-retry samples still train).
-    "r3l-no-reflection-sft": Method(
-        "R³L − reflection SFT", "r3l", role="ablation", config={"aux_reflection": "when_self"}
+    # What the auxiliary SFT term trains and how it is weighed (r3l_learn.update). With the oracle reflector R³L
+    # trains the guided retries only; "r3l-reflection-sft" also trains the oracle's diagnoses as reflection samples
+    # (a skill an oracle-reflected run never uses; the study's default before aux_reflection existed);
+    # "r3l-aux-own-mean" does that and weighs the aux rows as λ times their own token mean (3-4x the reference
+    # code's weight: the first study); "r3l-no-aux" has no aux term at all.
+    "r3l-reflection-sft": Method("R³L + reflection SFT", "r3l", role="ablation", config={"aux_reflection": "always"}),
+    "r3l-aux-own-mean": Method(
+        "R³L + reflection SFT, aux in its own mean",
+        "r3l",
+        role="ablation",
+        config={"aux_mean": "separate", "aux_reflection": "always"},
     ),
+    "r3l-no-aux": Method("R³L − aux SFT", "r3l", role="ablation", config={"aux_weight": 0.0}),
     "r3l-self": Method("R³L (self-reflection)", "r3l", reflector="self", role="reflector"),
     # The oracle's privilege given to a baseline: per task, half of RAFT's group plays the env's expert plan (the
     # information the oracle reflector reads), at the same budget of trajectories.
@@ -205,9 +209,9 @@ MODES: dict[str, Mode] = {
         methods=(
             REFERENCE,
             "grpo",
+            "r3l-reflection-sft",
             "r3l-aux-own-mean",
             "r3l-no-aux",
-            "r3l-no-reflection-sft",
             "raft",
             "opmd",
             "raft-expert",

@@ -241,8 +241,14 @@ def test_which_reflection_samples_train_depends_on_who_reflects():
     assert [trains("never", r) for r in ("self", "oracle")] == [False, False]
     with pytest.raises(ValueError, match="aux_reflection must be one of"):
         TrainConfig(aux_reflection="sometimes")
-    saved = TrainConfig(algo="r3l").to_dict()
-    assert TrainConfig(algo="r3l", aux_reflection="never").changed_from(saved) == ["aux_reflection"]
-    assert (
-        TrainConfig(algo="r3l", aux_reflection="never", aux_weight=0.0).changed_from({**saved, "aux_weight": 0}) == []
-    )
+    saved = TrainConfig(algo="r3l", reflector="oracle").to_dict()
+    oracle = dict(algo="r3l", reflector="oracle")
+    assert TrainConfig(**oracle, aux_reflection="always").changed_from(saved) == ["aux_reflection"]
+    assert TrainConfig(**oracle, aux_reflection="never").changed_from(saved) == []  # the same rows train
+    zero = {**saved, "aux_weight": 0.0}
+    assert TrainConfig(**oracle, aux_reflection="always", aux_weight=0.0).changed_from(zero) == []
+    # written before the field: every reflection sample trained, which for self-reflection is the default still
+    del saved["aux_reflection"]
+    assert TrainConfig(**oracle).changed_from(saved) == ["aux_reflection"]
+    assert TrainConfig(**oracle, aux_reflection="always").changed_from(saved) == []
+    assert TrainConfig(algo="r3l").changed_from({**saved, "reflector": "self"}) == []
