@@ -74,7 +74,8 @@ class ReflectRetryConfig:
         aux_samples: build the auxiliary ``reflection`` / ``guided_retry`` samples (R3L.md §1.6).
         reflection_samples: with ``aux_samples``, build the ``reflection`` sample too. It teaches the policy to
             diagnose like the reflector, a skill a run uses only when the policy reflects itself; with another
-            reflector (the oracle, another model) it is a distillation of that reflector, off by a learner's choice.
+            reflector (the oracle, another model) it distils that reflector into the policy. ``r3l_learn`` builds it
+            only when the policy reflects, by default (``TrainConfig.aux_reflection``).
         success_threshold: the reward a retry must reach to count as having beaten its base.
         keep_checkpoints: keep the per-turn env checkpoints in the output (off: groups stay small).
         max_envs: at most this many env instances (and episodes in flight): the bases are played, reflected
