@@ -45,10 +45,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     # ones, 4 turns, lr 1e-4, steps of 2 tasks × 4 trajectories, the oracle's diagnoses as reflection samples and
     # the aux SFT term in its own token mean, which rose +0.23 to +0.31 in every seed over its first 4 steps; R³L's
     # default rose +0.34, -0.06, +0.41 over its first 4 and in every seed over 8), stopped after 4 of its 8 steps,
-    # with held-out evals of 32 episodes (the first 32 of the study's 64) before and after. There the 135M model starts at ~0.4 held-out success and
-    # rises within 4 steps (benchmarks/RESULTS.md); level 1 is already won (1.0 before training), and on
-    # free-text Countdown the model never produces a parseable action (0 of 24 replies), so nothing would be
-    # learned. The oracle reflector reads the game's walkthrough: a 135M model cannot reflect.
+    # with held-out evals of 32 episodes (the first 32 of the study's 64) before and after. There the 135M model
+    # starts at ~0.4 held-out success and rises within 4 steps (benchmarks/RESULTS.md); level 1 is already won
+    # (1.0 before training), and on free-text Countdown the model never produces a parseable action (0 of 24
+    # replies), so nothing would be learned. The oracle reflector reads the game's walkthrough: a 135M model cannot
+    # reflect.
     # tests/benchmarks/test_learning.py checks that this stays the study's setting.
     "cpu-demo": {
         "env": "r3l/TextWorld-v0",
