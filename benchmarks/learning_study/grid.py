@@ -212,6 +212,7 @@ MODES: dict[str, Mode] = {
             "r3l-reflection-sft",
             "r3l-aux-own-mean",
             "r3l-no-aux",
+            "r3l-no-reflect-retry",
             "raft",
             "opmd",
             "raft-expert",
