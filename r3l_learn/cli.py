@@ -15,6 +15,7 @@ import os
 import sys
 
 from r3l_learn.cli_args import env_id_problem, key_value, parse_kwargs
+from r3l_learn.config import ACTION_MODES, ACTIONS_HELP, action_flags
 
 logger = logging.getLogger(__name__)
 
@@ -82,9 +83,8 @@ def _eval(args: argparse.Namespace) -> int:
 
         policy.autocast = torch.bfloat16
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
-    config = RolloutConfig(
-        sampling=sampling, max_turns=args.max_turns, history=args.history, constrained=args.actions == "constrained"
-    )
+    flags = action_flags(args.actions)
+    config = RolloutConfig(sampling=sampling, max_turns=args.max_turns, history=args.history, **flags)
     name = args.env.rsplit("/", 1)[-1]
     out = args.out or os.path.join(args.out_dir or ".", f"r3l-eval-{name}-{args.split}.jsonl")
     try:
@@ -222,9 +222,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=int, default=8, help="episodes played (and generated for) together")
     ev.add_argument(
         "--actions",
-        choices=["free", "constrained"],
+        choices=ACTION_MODES,
         default="free",
-        help="free text, or constrained: choose among the env's admissible actions by likelihood",
+        help=ACTIONS_HELP,
     )
     ev.add_argument("--temperature", type=float, default=0.4, help="sampling temperature (R³L evaluates at 0.4)")
     ev.add_argument("--max-new-tokens", type=int, default=256, help="new tokens per agent turn")

@@ -33,6 +33,21 @@ RESUMABLE_CHANGES = frozenset(
 #: (a saved config without the field is read with it, so resuming such a run at the new default is refused)
 FORMER_BEHAVIOUR: dict[str, Any] = {"aux_mean": "separate", "aux_reflection": "always"}
 
+#: how the agent's replies are made (``TrainConfig.actions``, ``r3l eval --actions``)
+ACTION_MODES = ("free", "constrained", "direct")
+ACTIONS_HELP = (
+    "free text; constrained: choose among the env's admissible actions by likelihood; direct: the reply opens "
+    "with the action tag and the policy writes the action alone"
+)
+
+
+def action_flags(actions: str) -> dict[str, bool]:
+    """The ``RolloutConfig`` fields of an action mode (one of :data:`ACTION_MODES`)."""
+    if actions not in ACTION_MODES:
+        raise ValueError(f"actions must be one of {ACTION_MODES}, got {actions!r}")
+    return {"constrained": actions == "constrained", "direct": actions == "direct"}
+
+
 #: which auxiliary reflection samples train (``TrainConfig.aux_reflection``)
 AUX_REFLECTIONS = ("always", "when_self", "never")
 
@@ -90,9 +105,7 @@ class TrainConfig:
     temperature: float = _f(1.0, f"sampling temperature of training rollouts ({_PAPER}: 1.0)")
     max_new_tokens: int = _f(256, "new tokens per agent turn")
     max_turns: int | None = _f(None, "turns per episode; None: the env's own limit")
-    actions: Literal["free", "constrained"] = _f(
-        "free", "free text, or constrained: choose among the env's admissible actions by likelihood"
-    )
+    actions: Literal["free", "constrained", "direct"] = _f("free", ACTIONS_HELP, choices=ACTION_MODES)
     # objective
     alpha: float | None = _f(
         None, f"positive amplification α; the authors' sweep found 1-5 similar (None: {hyperparameter_help('alpha')})"
@@ -217,8 +230,8 @@ class TrainConfig:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.lr > 0:
             problems.append(f"lr must be > 0, got {self.lr}")
-        if self.actions not in ("free", "constrained"):
-            problems.append(f"actions must be 'free' or 'constrained', got {self.actions!r}")
+        if self.actions not in ACTION_MODES:
+            problems.append(f"actions must be one of {ACTION_MODES}, got {self.actions!r}")
         if self.rollout_backend not in BACKENDS:
             problems.append(f"rollout_backend must be one of {BACKENDS}, got {self.rollout_backend!r}")
         if self.rollout_backend == "vllm" and self.lora_rank:

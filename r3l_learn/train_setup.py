@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from r3l_learn.batch import Batch
-from r3l_learn.config import TrainConfig
+from r3l_learn.config import TrainConfig, action_flags
 from r3l_learn.evaluate import load_policy
 from r3l_learn.logprobs import sequence_logprobs
 from wrappers import RolloutConfig, SamplingParams
@@ -128,7 +128,7 @@ def reference_fn(config: TrainConfig, model: Any, needed: bool) -> Any:
 def rollout_config(config: TrainConfig, temperature: float) -> RolloutConfig:
     """How training (or eval, at its temperature) episodes are played."""
     sampling = SamplingParams(temperature=temperature, max_new_tokens=config.max_new_tokens)
-    return RolloutConfig(sampling=sampling, max_turns=config.max_turns, constrained=config.actions == "constrained")
+    return RolloutConfig(sampling=sampling, max_turns=config.max_turns, **action_flags(config.actions))
 
 
 def connect_ray(config: TrainConfig) -> bool:

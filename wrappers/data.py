@@ -101,7 +101,8 @@ class Turn:
             had its own prompt, see ``prompt_ids``).
         prompt_ids: the full prompt this turn saw, only when it is not a prefix of the trajectory's sequence
             (history windowing); ``None`` otherwise.
-        constrained: the action was chosen among the admissible actions by log-likelihood.
+        constrained: the rollout wrote the reply around the policy's choice: an admissible action chosen by
+            log-likelihood, or a slot the policy filled (constrained and direct modes).
         checkpoint: the env state just before this turn, when the rollout was asked to keep checkpoints.
     """
 

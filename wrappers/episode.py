@@ -13,7 +13,7 @@ import logging
 import re
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -51,6 +51,10 @@ class RolloutConfig:
     max_turns: int | None = None  # None: the env's max_episode_steps or max_attempts, else DEFAULT_MAX_TURNS
     history: int | None = None  # keep only the last k turns in the context; None keeps all (one sequence)
     constrained: bool = False  # pick among admissible actions by log-likelihood where the env lists them
+    # Free-text turns open the reply with the action tag: the policy writes the action alone, the rollout closes
+    # the tag (see AgentEpisode.slot). For a model too small to write the answer format (SmolLM2 on Countdown
+    # never wrote an <action> tag in 96 replies); with constrained, the turns the env lists no actions for.
+    direct: bool = False
     constrained_score: Literal["mean", "sum"] = "mean"  # mean log-prob: summed favours short actions (FACTS.md)
     keep_checkpoints: bool = False  # checkpoint the env before every turn (reflect-retry restores them)
     stop_at_action: bool = True  # end generation at the closing action tag: nothing after it is used
@@ -143,7 +147,10 @@ class AgentEpisode:
     def _setup(self, collector: Collector, slot: int, policy: Policy, config: RolloutConfig) -> None:
         self.collector, self.env_slot, self.policy, self.config = collector, slot, policy, config
         self.profile = collector.profile()
-        self.template = config.template or FAMILIES[self.profile.prompt_family]
+        template = config.template or FAMILIES[self.profile.prompt_family]
+        if config.direct:  # the reply starts at the action: no reasoning part to ask for
+            template = replace(template, answer=replace(template.answer, think_tag=None))
+        self.template = template
         self.system = self.template.system()
         self.max_turns = config.max_turns or self.profile.max_turns or DEFAULT_MAX_TURNS
         self.done = False
@@ -160,6 +167,7 @@ class AgentEpisode:
                 "seed": seed,
                 "sampling": _jsonable(asdict(self.config.sampling)),
                 "constrained": self.config.constrained,
+                "direct": self.config.direct,
                 "history": self.config.history,
             },
         )
@@ -268,16 +276,16 @@ class AgentEpisode:
 
     @property
     def slot(self) -> tuple[str, str] | None:
-        """In constrained mode, a turn whose one admissible action is a template with one slot (WebShop's search
-        page: ``search[<query>]``): the action text before and after the slot. The policy fills only the slot, so
-        a model too small to write the answer format still makes a well-formed action."""
+        """A turn whose reply the rollout writes around one slot the policy fills: the action text before and
+        after the slot. In constrained mode, a turn whose one admissible action is a template with one slot
+        (WebShop's search page: ``search[<query>]``); in direct mode, every other turn, the whole action being the
+        slot. Either way a model too small to write the answer format still makes a well-formed action."""
         admissible = self.admissible
-        if not (self.config.constrained and admissible and len(admissible) == 1):
-            return None
-        slots = list(_SLOT.finditer(admissible[0]))
-        if len(slots) != 1:
-            return None
-        return admissible[0][: slots[0].start()], admissible[0][slots[0].end() :]
+        if self.config.constrained and admissible and len(admissible) == 1:
+            slots = list(_SLOT.finditer(admissible[0]))
+            if len(slots) == 1:
+                return admissible[0][: slots[0].start()], admissible[0][slots[0].end() :]
+        return ("", "") if self.config.direct else None
 
     # ------------------------------------------------------------------ prompts
     def prompt(self) -> list[int]:

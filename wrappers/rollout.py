@@ -165,7 +165,7 @@ def play(
     if seed is not None:  # a seeded run gives the same ids again; otherwise they stay random
         for i, ep in enumerate(episodes):
             ep.trajectory.id = new_id("play", seed, i, *ep._origin)
-    eot = end_of_turn_id(policy) if config.constrained else None
+    eot = end_of_turn_id(policy) if config.constrained or config.direct else None
     stop = config.sampling.stop + tuple(e.template.answer.stop for e in episodes if config.stop_at_action)
     round_index = 0
     while True:

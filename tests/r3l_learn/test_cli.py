@@ -38,7 +38,7 @@ def test_train_help_shows_every_default_and_the_choices_of_every_closed_field():
         flag = f"--{f.name.replace('_', '-')}"
         assert flag in text, flag
     assert text.count("(default: ") >= len(dataclasses.fields(TrainConfig))
-    closed = [sorted(ALGORITHMS), sorted(ABLATIONS), ["free", "constrained"], ["k1", "k2", "k3"]]
+    closed = [sorted(ALGORITHMS), sorted(ABLATIONS), ["free", "constrained", "direct"], ["k1", "k2", "k3"]]
     for choices in [*closed, ["token_mean", "seq_mean"]]:
         assert "{" + ",".join(choices) + "}" in text, choices
     for flag, choices in (("--dtype", "{float32,bfloat16,auto}"), ("--rollout-backend", "{hf,vllm}")):

@@ -218,3 +218,34 @@ def test_free_mode_leaves_slot_templates_to_the_policy():
     policy = scripted(["<action>search[protein bars]</action>", "<action>click[Back to Search]</action>"])
     t = rollout(env, policy, RolloutConfig(max_turns=1), seed=0)
     assert not t.turns[0].constrained and t.turns[0].action == "search[protein bars]"
+
+
+def test_direct_mode_has_the_policy_write_the_action_alone():
+    env = gym.make("r3l/Countdown-v0", num_numbers=3, max_number=10, max_attempts=2)
+    env.reset(seed=0)
+    solution = env.unwrapped.reference_answer()  # the rollout resets to the same task
+    generated = []  # prompts the policy continued (scoring the finished replies asks it too)
+
+    def answer(prompt_text):
+        if prompt_text.endswith("<action>"):
+            generated.append(prompt_text)
+        return f"{solution}\n</action> and then some" if len(generated) > 1 else "1 + 1</action>"
+
+    policy = scripted(answer)
+    t = rollout(env, policy, RolloutConfig(direct=True), seed=0)
+    assert len(generated) == 2  # every turn opened with the action tag
+    assert "Answer with exactly one action" in t.messages[0]["content"]  # no reasoning part asked for
+    assert "<think>" not in t.messages[0]["content"]
+    first, second = t.turns
+    assert first.action == "1 + 1" and first.parse_error is None and first.response == "<action>1 + 1</action>"
+    assert second.action == solution and t.won
+    assert policy.decode(second.token_ids) == second.response + policy.decode([policy.eos_token_ids[0]])
+    assert len(second.logprobs) == len(second.token_ids)
+    assert t.metadata["direct"] is True
+
+
+def test_direct_mode_leaves_listed_actions_to_constrained_mode():
+    env = corridor()
+    policy = scripted(lambda prompt_text: "right</action>")
+    t = rollout(env, policy, RolloutConfig(constrained=True, direct=True, max_turns=2), seed=0)
+    assert all(turn.constrained and turn.action in turn.admissible for turn in t.turns)
