@@ -25,6 +25,7 @@ NAMESPACE = "r3l"
 _ENVS: dict[str, tuple[str, dict[str, Any], int | None]] = {
     "Countdown-v0": ("r3l_envs.math.envs:CountdownEnv", {}, None),
     "GSMSymbolic-v0": ("r3l_envs.math.envs:GSMSymbolicEnv", {}, None),
+    "ReasoningGym-v0": ("r3l_envs.math.envs:ReasoningGymEnv", {}, None),
     "CHAMP-v0": ("r3l_envs.math.envs:ChampEnv", {}, None),
     "GSM8K-v0": ("r3l_envs.math.envs:GSM8KEnv", {}, None),
     "MATH500-v0": ("r3l_envs.math.envs:MATH500Env", {}, None),

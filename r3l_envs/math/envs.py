@@ -26,6 +26,7 @@ from r3l_envs.math.sources import (
     MATH500Source,
     MathTask,
     OlympiadBenchSource,
+    ReasoningGymSource,
     TaskSource,
 )
 
@@ -37,6 +38,7 @@ __all__ = [
     "MATH500Env",
     "MathEnv",
     "OlympiadBenchEnv",
+    "ReasoningGymEnv",
 ]
 
 
@@ -173,6 +175,30 @@ class GSMSymbolicEnv(MathEnv):
 
     def __init__(self, split: str = "train", *, num_tasks: int | None = None, **kwargs: Any):
         super().__init__(GSMSymbolicSource(split, num_tasks), **kwargs)
+
+
+class ReasoningGymEnv(MathEnv):
+    """``r3l/ReasoningGym-v0``: any of reasoning-gym's procedural datasets with an answer to grade; offline.
+
+    Args:
+        dataset: the reasoning-gym dataset, e.g. ``"chain_sum"`` (short sums a small model can start on),
+            ``"basic_arithmetic"``, ``"leg_counting"``.
+        split: ``"train"``, ``"valid"`` or ``"test"`` (disjoint seeds and disjoint questions).
+        num_tasks: tasks in the split (default 10,000 train, 500 valid, 500 test).
+        dataset_config: the dataset's own keywords, e.g. ``{"max_terms": 3}`` for ``chain_sum``.
+        **kwargs: :class:`MathEnv`'s (``max_attempts``, ``grading_timeout``, ``render_mode``).
+    """
+
+    def __init__(
+        self,
+        dataset: str = "chain_sum",
+        split: str = "train",
+        *,
+        num_tasks: int | None = None,
+        dataset_config: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(ReasoningGymSource(dataset, split, num_tasks, dataset_config), **kwargs)
 
 
 class ChampEnv(MathEnv):

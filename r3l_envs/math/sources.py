@@ -45,6 +45,7 @@ __all__ = [
     "CountdownSource",
     "GSM8KSource",
     "GSMSymbolicSource",
+    "ReasoningGymSource",
     "MATH500Source",
     "MathTask",
     "OlympiadBenchSource",
@@ -183,28 +184,37 @@ def _countdown_puzzle(split: str, index: int, num_numbers: int, max_number: int)
     return pick_in_split(split, draw, countdown_content, what=what)[1]
 
 
-class GSMSymbolicSource(_NumberedSource):
-    """reasoning-gym's ``gsm_symbolic`` generator (100 GSM8K-derived templates), graded by its own scorer."""
+class ReasoningGymSource(_NumberedSource):
+    """Tasks of one of reasoning-gym's procedural datasets (``dataset``, with its ``config`` keywords, e.g.
+    ``chain_sum`` with ``max_terms=3``), graded by the dataset's own scorer. Splits draw from disjoint seeds and
+    hold disjoint questions by content (a test question is never a train one)."""
 
     default_counts: ClassVar[dict[str, int]] = {"train": 10_000, "valid": 500, "test": 500}
     split_seeds: ClassVar[dict[str, int]] = {"train": 0, "valid": 10**8, "test": 2 * 10**8}
-    prefix = "gsmsym"
 
-    def __init__(self, split: str, num_tasks: int | None = None):
+    def __init__(self, dataset: str, split: str, num_tasks: int | None = None, config: dict[str, Any] | None = None):
+        self.prefix = self.prefix or dataset.replace("_", "")  # task ids: "chainsum-test-00007"
         super().__init__(split, num_tasks)
         if len(self._ids) > 10**8:
             raise ValueError(f"num_tasks must be <= 10**8 (splits use disjoint seed ranges), got {num_tasks}")
+        import reasoning_gym  # heavy (~2 s), but a wrong name should fail here, not at the first reset
+
+        if dataset not in reasoning_gym.factory.DATASETS:
+            known = sorted(reasoning_gym.factory.DATASETS)
+            raise ValueError(f"reasoning-gym has no dataset {dataset!r}; it has {known}")
+        self.dataset, self.config = dataset, dict(config or {})
         self._dataset: Any = None
         self._lock = threading.Lock()
+
+    def _make(self, seed: int, size: int) -> Any:
+        import reasoning_gym
+
+        return reasoning_gym.create_dataset(self.dataset, seed=seed, size=size, **self.config)
 
     def _data(self) -> Any:
         with self._lock:
             if self._dataset is None:
-                import reasoning_gym  # heavy (~2 s): only when a task is needed
-
-                self._dataset = reasoning_gym.create_dataset(
-                    "gsm_symbolic", seed=self.split_seeds[self.split], size=len(self._ids)
-                )
+                self._dataset = self._make(self.split_seeds[self.split], len(self._ids))
             return self._dataset
 
     def entry(self, index: int) -> dict[str, Any]:
@@ -213,12 +223,9 @@ class GSMSymbolicSource(_NumberedSource):
         def draw(attempt: int) -> dict[str, Any]:
             if attempt == 0:
                 return self._data()[index]
-            import reasoning_gym
+            return self._make(candidate_seed(self.dataset, self.split, index, attempt), 1)[0]
 
-            seed = candidate_seed("gsm_symbolic", self.split, index, attempt)
-            return reasoning_gym.create_dataset("gsm_symbolic", seed=seed, size=1)[0]
-
-        what = f"GSMSymbolic {self.split} task {index}"
+        what = f"{self.dataset} {self.split} task {index}"
         return pick_in_split(self.split, draw, lambda entry: entry["question"], what=what)[1]
 
     def task(self, task_id: str) -> MathTask:
@@ -241,6 +248,15 @@ class GSMSymbolicSource(_NumberedSource):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _lock=threading.Lock())
+
+
+class GSMSymbolicSource(ReasoningGymSource):
+    """reasoning-gym's ``gsm_symbolic`` generator (100 GSM8K-derived templates), graded by its own scorer."""
+
+    prefix = "gsmsym"
+
+    def __init__(self, split: str, num_tasks: int | None = None):
+        super().__init__("gsm_symbolic", split, num_tasks)
 
 
 class ChampSource(TaskSource):

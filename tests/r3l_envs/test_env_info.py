@@ -16,6 +16,7 @@ FAMILIES = {
         ["r3l/Countdown-v0", "r3l/GSMSymbolic-v0", "r3l/CHAMP-v0", "r3l/GSM8K-v0", "r3l/MATH500-v0"], "math"
     ),
     "r3l/OlympiadBench-v0": "math",
+    "r3l/ReasoningGym-v0": "math",
 }
 
 

@@ -16,6 +16,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "math"
 MATH_ENVS = {
     "r3l/Countdown-v0": {},
     "r3l/GSMSymbolic-v0": {"num_tasks": 50},
+    "r3l/ReasoningGym-v0": {"num_tasks": 50},
     "r3l/CHAMP-v0": {},
     "r3l/GSM8K-v0": {"data_path": str(FIXTURES / "gsm8k")},
     "r3l/MATH500-v0": {"data_path": str(FIXTURES / "math500")},

@@ -169,6 +169,30 @@ def test_gsm_symbolic_test_questions_are_never_train_questions():
     assert not train & test and not train & valid and not valid & test
 
 
+def test_reasoning_gym_test_questions_are_never_train_questions():
+    """Short sums have few distinct questions (4,200 with 2-3 one-digit terms): many seeds draw a train one."""
+    pytest.importorskip("reasoning_gym")
+    from r3l_envs.math.sources import ReasoningGymSource
+
+    config = {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}
+
+    def questions(split: str, count: int) -> set[str]:
+        source = ReasoningGymSource("chain_sum", split, count, config)
+        return {source.task(task_id).problem for task_id in source.task_ids}
+
+    train, test = questions("train", 2_000), questions("test", 300)
+    assert len(train) > 1_000 and len(test) > 100
+    assert not train & test
+
+
+def test_reasoning_gym_names_a_missing_dataset():
+    pytest.importorskip("reasoning_gym")
+    from r3l_envs.math.sources import ReasoningGymSource
+
+    with pytest.raises(ValueError, match=r"no dataset 'chain_summ'.*chain_sum"):
+        ReasoningGymSource("chain_summ", "train")
+
+
 # ---------------------------------------------------------------------- WebShop goals
 def test_webshop_test_goals_are_never_train_goals(tmp_path, monkeypatch):
     """The default generated catalogue had 6 of its 500 test instructions among its train instructions."""
