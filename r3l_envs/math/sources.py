@@ -45,11 +45,11 @@ __all__ = [
     "CountdownSource",
     "GSM8KSource",
     "GSMSymbolicSource",
-    "ReasoningGymSource",
     "MATH500Source",
     "MathTask",
     "OlympiadBenchSource",
     "Outcome",
+    "ReasoningGymSource",
     "TaskSource",
     "countdown_content",
 ]
