@@ -236,6 +236,7 @@ MODES: dict[str, Mode] = {
             "opmd",
             "raft-expert",
             "r3l-self",
+            "r3l-no-amplification",
         ),
         seeds=(0, 1, 2),
         steps=8,
