@@ -49,9 +49,13 @@ class HFPolicy(HFTokenizerIO):
         self.pad_token_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
         self.max_context: int = max_context or int(getattr(model.config, "max_position_embeddings", 2048))
         self.score_chunk = 16  # continuations scored together on one copy of a shared prompt cache
+        self.score_chunk_tokens = 2048  # and at most this many tokens of them (their logits are kept whole)
         # KV caches of recent prompts: a multi-turn episode's next prompt extends its last one, so scoring runs
         # only the new turn (PromptCache(0) turns this off).
         self.prompt_cache = PromptCache()
+        # generate() runs a batch's common prefix once when it is at least this long (shorter ones save too
+        # little to pay for copying the cache into every row).
+        self.min_shared_prefix = 16
         # Lower-precision compute for fp32 weights (the learner's bf16 autocast also covers its rollouts):
         # None computes in the weights' dtype.
         self.autocast: torch.dtype | None = None
@@ -77,16 +81,31 @@ class HFPolicy(HFTokenizerIO):
     # ------------------------------------------------------------------ generation
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
-        """Sample one completion per prompt; the batch is left-padded and generated in one ``generate`` call."""
+        """Sample one completion per prompt, the batch in one ``generate`` call.
+
+        The prompts' longest common prefix (a batch's system prompt and task preamble) runs once, from the prompt
+        cache when an earlier call ran it, and the batch prefills only what differs: on CPU, prefill is most of a
+        short reply's cost. The rows are ``[prefix][padding][own tokens]``; the padding is masked and positions
+        count real tokens only, so every row sees what it would see alone (up to float rounding).
+        """
         if not prompts:
             return []
-        input_ids, attention_mask = self.pad_left(prompts)
         with torch.random.fork_rng(devices=self._rng_devices()), self._compute():
+            shared = self.shared_prefix(prompts)
+            past = None
+            if shared:
+                past = copy.deepcopy(self.prompt_cache.head(self.model, prompts[0][:shared], self.autocast)[0])
+                past.batch_repeat_interleave(len(prompts))
+            input_ids, attention_mask = self.pad_left([p[shared:] for p in prompts])
+            head = torch.tensor([list(prompts[0][:shared])] * len(prompts), dtype=torch.long, device=self.device)
+            input_ids = torch.cat([head, input_ids], dim=1)
+            attention_mask = torch.cat([torch.ones_like(head), attention_mask], dim=1)
             if params.seed is not None:
                 torch.manual_seed(params.seed)
             out = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
+                past_key_values=past,
                 generation_config=self.generation_config(params),
                 tokenizer=self.tokenizer if params.stop else None,
             )
@@ -94,6 +113,18 @@ class HFPolicy(HFTokenizerIO):
         logits = torch.stack(out.logits, dim=1).float()  # raw logits: (batch, new, vocab)
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
         return [self._finish(new[i].tolist(), logprobs[i].tolist(), params) for i in range(len(prompts))]
+
+    def shared_prefix(self, prompts: Sequence[Sequence[int]]) -> int:
+        """How many leading tokens :meth:`generate` runs once for the whole batch: the prompts' longest common
+        prefix, less one token (every row must feed ``generate`` a token of its own), 0 where it is shorter than
+        :attr:`min_shared_prefix` or the prompt cache is off."""
+        if not self.prompt_cache.max_bytes:
+            return 0
+        first, shortest = prompts[0], min(len(p) for p in prompts)
+        shared = shortest - 1
+        for prompt in prompts[1:]:
+            shared = min(shared, next((i for i in range(shared) if prompt[i] != first[i]), shared))
+        return shared if shared >= self.min_shared_prefix else 0
 
     def generation_config(self, params: SamplingParams) -> Any:
         """The ``transformers.GenerationConfig`` for ``params`` (raw logits kept for exact log-probs)."""
@@ -150,7 +181,9 @@ class HFPolicy(HFTokenizerIO):
         """Per-token log-probs of each continuation after its prompt.
 
         Pairs that share a prompt (constrained mode scores every admissible action after the same context)
-        run the prompt once and the continuations as one batch on top of its KV cache.
+        run the prompt once and the continuations as one batch on top of its KV cache. Prompts with one
+        continuation each (a batch of free-text replies re-scored) run together on their common prefix, as
+        :meth:`generate` runs them.
         """
         if len(prompts) != len(continuations):
             raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
@@ -159,11 +192,32 @@ class HFPolicy(HFTokenizerIO):
             groups.setdefault(tuple(prompt), []).append(i)
         out: list[list[float]] = [[] for _ in prompts]
         with self._compute():
-            for prompt, members in groups.items():
-                scored = self._score_shared_prompt(list(prompt), [list(continuations[i]) for i in members])
-                for i, lp in zip(members, scored):
+            singles = [m[0] for p, m in groups.items() if len(m) == 1 and p and continuations[m[0]]]
+            shared = self.shared_prefix([prompts[i] for i in singles]) if len(singles) > 1 else 0
+            if shared:
+                pairs = [(list(prompts[i]), list(continuations[i])) for i in singles]
+                for i, lp in zip(singles, self._score_on_shared_prefix(pairs, shared)):
                     out[i] = lp
+            for prompt, members in groups.items():
+                if not (shared and members[0] in singles):
+                    scored = self._score_shared_prompt(list(prompt), [list(continuations[i]) for i in members])
+                    for i, lp in zip(members, scored):
+                        out[i] = lp
         return out
+
+    def _score_on_shared_prefix(self, pairs: list[tuple[list[int], list[int]]], shared: int) -> list[list[float]]:
+        """Log-probs of each continuation after its prompt, the rows batched on copies of the KV cache of the
+        prompts' first ``shared`` tokens (each row runs its own rest of the prompt and its continuation)."""
+        past, _ = self.prompt_cache.head(self.model, pairs[0][0][:shared], self.autocast)
+        tails = [prompt[shared:] + cont for prompt, cont in pairs]
+        rows = max(1, min(self.score_chunk, self.score_chunk_tokens // max(len(t) for t in tails)))
+        results = []
+        for lo in range(0, len(tails), rows):
+            scored = self._score_on_cache(past, shared, tails[lo : lo + rows])
+            for (prompt, cont), lp in zip(pairs[lo : lo + rows], scored):
+                start = len(prompt) - shared - 1  # lp[k] is the log-prob of tail[k + 1]
+                results.append(lp[start : start + len(cont)])
+        return results
 
     def _score_shared_prompt(self, prompt: list[int], conts: list[list[int]]) -> list[list[float]]:
         if not prompt:

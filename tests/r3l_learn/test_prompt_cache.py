@@ -76,3 +76,42 @@ def test_memory_is_bounded_and_least_recently_used_prompts_go_first():
     assert policy.prompt_cache.misses == 3  # a was evicted by b
     with pytest.raises(ValueError, match="max_bytes"):
         PromptCache(-1)
+
+
+def _batch(policy, n=4):
+    """Prompts of one batch: the same long system prompt, different questions (as an eval batch's first turns)."""
+    system = {"role": "system", "content": "Answer the question with one number, inside action tags. " * 4}
+    return [
+        policy.tokenize(
+            policy.render([system, {"role": "user", "content": f"What is {i} plus {i * 3}?"}], add_generation_prompt=True)
+        )
+        for i in range(n)
+    ]
+
+
+def test_generate_runs_a_batchs_common_prefix_once_with_the_same_samples():
+    from wrappers import SamplingParams
+
+    shared, plain = _policy(), _policy(0)
+    prompts = _batch(shared)
+    prefix = shared.shared_prefix(prompts)
+    assert prefix >= shared.min_shared_prefix and plain.shared_prefix(prompts) == 0
+    assert all(p[:prefix] == prompts[0][:prefix] for p in prompts) and min(map(len, prompts)) > prefix
+    for temperature in (0.0, 1.0):
+        params = SamplingParams(temperature=temperature, max_new_tokens=8, seed=7)
+        got, want = shared.generate(prompts, params), plain.generate(prompts, params)
+        for g, w in zip(got, want):
+            assert g.token_ids == w.token_ids
+            assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
+    cache = shared.prompt_cache
+    assert cache.computed_tokens == prefix and (cache.misses, cache.hits) == (1, 1)  # once, then from the cache
+
+
+def test_one_continuation_per_prompt_is_scored_on_the_common_prefix():
+    shared, plain = _policy(), _policy(0)
+    prompts = _batch(shared)
+    continuations = [[70 + i, 71, 72][: 1 + i % 3] for i in range(len(prompts))]
+    got, want = shared.score(prompts, continuations), plain.score(prompts, continuations)
+    for g, w, c in zip(got, want, continuations):
+        assert len(g) == len(c) and g == pytest.approx(w, abs=1e-5)
+    assert shared.prompt_cache.computed_tokens == shared.shared_prefix(prompts)  # the rest ran batched on top
