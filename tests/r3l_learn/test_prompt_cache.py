@@ -83,7 +83,9 @@ def _batch(policy, n=4):
     system = {"role": "system", "content": "Answer the question with one number, inside action tags. " * 4}
     return [
         policy.tokenize(
-            policy.render([system, {"role": "user", "content": f"What is {i} plus {i * 3}?"}], add_generation_prompt=True)
+            policy.render(
+                [system, {"role": "user", "content": f"What is {i} plus {i * 3}?"}], add_generation_prompt=True
+            )
         )
         for i in range(n)
     ]
