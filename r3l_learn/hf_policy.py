@@ -49,7 +49,7 @@ class HFPolicy(HFTokenizerIO):
         self.pad_token_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
         self.max_context: int = max_context or int(getattr(model.config, "max_position_embeddings", 2048))
         self.score_chunk = 16  # continuations scored together on one copy of a shared prompt cache
-        self.score_chunk_tokens = 2048  # and at most this many tokens of them (their logits are kept whole)
+        self.score_chunk_tokens = 1024  # and at most this many tokens of them (~200 MB of SmolLM2 logits)
         # KV caches of recent prompts: a multi-turn episode's next prompt extends its last one, so scoring runs
         # only the new turn (PromptCache(0) turns this off).
         self.prompt_cache = PromptCache()
@@ -194,12 +194,13 @@ class HFPolicy(HFTokenizerIO):
         with self._compute():
             singles = [m[0] for p, m in groups.items() if len(m) == 1 and p and continuations[m[0]]]
             shared = self.shared_prefix([prompts[i] for i in singles]) if len(singles) > 1 else 0
-            if shared:
+            batched = set(singles) if shared else set()
+            if batched:
                 pairs = [(list(prompts[i]), list(continuations[i])) for i in singles]
                 for i, lp in zip(singles, self._score_on_shared_prefix(pairs, shared)):
                     out[i] = lp
             for prompt, members in groups.items():
-                if not (shared and members[0] in singles):
+                if members[0] not in batched:
                     scored = self._score_shared_prompt(list(prompt), [list(continuations[i]) for i in members])
                     for i, lp in zip(members, scored):
                         out[i] = lp
