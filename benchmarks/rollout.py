@@ -7,6 +7,9 @@ Measures, for the embedded SmolLM2 (or ``--model``) on CPU, or a GPU with ``--de
   config and seed, so both sample the same tokens. Target ≤ 5 % on CPU. Runs alternate; medians reported.
 * throughput: generated tokens/s and env steps/s of full batched multi-turn rollouts, free text on
   Countdown and constrained choice on TextWorld.
+* shared prefix: a batch of direct-action episodes (the learning study's short sums, as its evals play them)
+  with the batch's common prompt prefix run once vs every prompt run whole (``PromptCache(0)``); runs alternate,
+  medians reported, and both must play the same trajectories.
 
 Usage: ``python benchmarks/rollout.py [--model smollm2-135m-instruct] [--dtype bfloat16] [--device cpu]``
 """
@@ -26,9 +29,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _report
+from learning_study.grid import ENVS
 
 import r3l_envs  # noqa: F401  (registers the ids)
+from r3l_learn.config import action_flags
 from r3l_learn.hf_policy import HFPolicy, auto_dtype
+from r3l_learn.prompt_cache import PromptCache
 from wrappers import AgentEpisode, RolloutConfig, SamplingParams, rollout_batch
 
 logger = logging.getLogger("bench.rollout")
@@ -36,6 +42,7 @@ logger = logging.getLogger("bench.rollout")
 
 def overhead(policy: HFPolicy, env_id: str, batch: int, new_tokens: int, repeats: int) -> dict:
     """Median wall time of a one-turn batched rollout vs bare generate on its prompts."""
+    policy.prompt_cache = PromptCache(0)  # identical work: no shared prefix run outside model.generate
     config = RolloutConfig(sampling=SamplingParams(max_new_tokens=new_tokens, temperature=1.0), max_turns=1)
     envs = [gym.make(env_id) for _ in range(batch)]
     seeds = list(range(batch))
@@ -122,6 +129,32 @@ class _TimedModel:
         del self.model.generate  # back to the class method
 
 
+def shared_prefix(policy: HFPolicy, batch: int, repeats: int) -> dict:
+    """Median process CPU seconds of one batch of the study's short-sum episodes (direct actions, 2 attempts),
+    the batch's common prefix run once vs every prompt run whole."""
+    study = ENVS["chainsum"]
+    sampling = SamplingParams(max_new_tokens=study.max_new_tokens, temperature=0.4)
+    config = RolloutConfig(sampling=sampling, max_turns=study.max_turns, **action_flags(study.actions))
+    envs = [gym.make(study.env, **study.kwargs) for _ in range(batch)]
+
+    def play(cache_bytes: int) -> tuple[float, list]:
+        policy.prompt_cache = PromptCache(cache_bytes)  # a fresh cache: each run pays for its prefix
+        cpu = time.process_time()
+        trajs = rollout_batch(envs, policy, config, seeds=list(range(batch)), seed=0)
+        return time.process_time() - cpu, [t.token_ids for t in trajs]
+
+    runs: dict[str, list[float]] = {"shared": [], "whole": []}
+    same = True
+    for _ in range(repeats):
+        shared_cpu, shared_ids = play(2 << 30)
+        whole_cpu, whole_ids = play(0)
+        runs["shared"].append(shared_cpu)
+        runs["whole"].append(whole_cpu)
+        same &= shared_ids == whole_ids
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    return {"env": study.env, "batch": batch, "runs": runs, "median": med, "same_trajectories": same}
+
+
 def throughput(policy: HFPolicy, env_id: str, batch: int, config: RolloutConfig) -> dict:
     envs = [gym.make(env_id) for _ in range(batch)]
     start = time.perf_counter()
@@ -154,6 +187,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--prefix-batch", type=int, default=32, help="episodes of the shared-prefix measurement")
     parser.add_argument("--name", default=None, help="RESULTS.md section (default rollout-<device>)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -178,13 +212,15 @@ def main() -> None:
         RolloutConfig(sampling=SamplingParams(max_new_tokens=args.new_tokens), max_turns=4, constrained=True),
     )
     logger.info("constrained %s", constrained)
+    prefix = shared_prefix(policy, args.prefix_batch, args.repeats)
+    logger.info("shared prefix %s", prefix)
 
     facts = _report.machine()
     versions = {d: metadata.version(d) for d in ("torch", "transformers")}
     device = (
         torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU ({torch.get_num_threads()} threads)"
     )
-    o, f, c = over, free, constrained
+    o, f, c, p = over, free, constrained, prefix
     rows = [
         (
             f"one-turn rollout vs bare `generate`, {o['env']}, batch {o['batch']}, {o['new_tokens']} new tokens "
@@ -207,6 +243,13 @@ def main() -> None:
             f"constrained, {c['env']}, batch {c['batch']}, ≤ 4 turns",
             f"{c['steps_per_s']:.2f} env steps/s ({c['env_steps']} steps, {c['seconds']:.1f} s, "
             f"longest context {c['max_context_tokens']} tokens)",
+        ),
+        (
+            f"direct actions, {p['env']} (the study's short sums), batch {p['batch']}, ≤ 2 turns: the batch's "
+            f"common prompt prefix run once vs every prompt whole (medians of {args.repeats} alternating runs)",
+            f"process CPU {p['median']['shared']:.1f} s vs {p['median']['whole']:.1f} s "
+            f"(**{p['median']['whole'] / p['median']['shared']:.2f}×** less); same trajectories: "
+            f"{'yes' if p['same_trajectories'] else 'NO'}",
         ),
     ]
     command = "python benchmarks/rollout.py " + " ".join(sys.argv[1:])
@@ -237,6 +280,7 @@ def main() -> None:
             "overhead": over,
             "free": free,
             "constrained": constrained,
+            "shared_prefix": prefix,
         },
     )
     print(md)
