@@ -41,8 +41,16 @@ logger = logging.getLogger("bench.rollout")
 
 
 def overhead(policy: HFPolicy, env_id: str, batch: int, new_tokens: int, repeats: int) -> dict:
-    """Median wall time of a one-turn batched rollout vs bare generate on its prompts."""
-    policy.prompt_cache = PromptCache(0)  # identical work: no shared prefix run outside model.generate
+    """Median wall time of a one-turn batched rollout vs bare generate on its prompts, the prompt cache off
+    (identical work: no shared prefix run outside ``model.generate``)."""
+    cache, policy.prompt_cache = policy.prompt_cache, PromptCache(0)
+    try:
+        return _overhead(policy, env_id, batch, new_tokens, repeats)
+    finally:
+        policy.prompt_cache = cache
+
+
+def _overhead(policy: HFPolicy, env_id: str, batch: int, new_tokens: int, repeats: int) -> dict:
     config = RolloutConfig(sampling=SamplingParams(max_new_tokens=new_tokens, temperature=1.0), max_turns=1)
     envs = [gym.make(env_id) for _ in range(batch)]
     seeds = list(range(batch))
@@ -143,6 +151,8 @@ def shared_prefix(policy: HFPolicy, batch: int, repeats: int) -> dict:
         trajs = rollout_batch(envs, policy, config, seeds=list(range(batch)), seed=0)
         return time.process_time() - cpu, [t.token_ids for t in trajs]
 
+    cache = policy.prompt_cache
+
     runs: dict[str, list[float]] = {"shared": [], "whole": []}
     same = True
     for _ in range(repeats):
@@ -151,6 +161,7 @@ def shared_prefix(policy: HFPolicy, batch: int, repeats: int) -> dict:
         runs["shared"].append(shared_cpu)
         runs["whole"].append(whole_cpu)
         same &= shared_ids == whole_ids
+    policy.prompt_cache = cache
     med = {k: statistics.median(v) for k, v in runs.items()}
     return {"env": study.env, "batch": batch, "runs": runs, "median": med, "same_trajectories": same}
 
