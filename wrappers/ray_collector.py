@@ -68,7 +68,9 @@ def connect(address: str, *, num_cpus: int | None = None) -> bool:
         # startup"; seen at load ~20 here, and the next try started): try once more before giving up.
         for attempt in (1, 2):
             try:
-                ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
+                # address="local": a new instance even where another one runs on this machine (without it Ray
+                # joins the latest cluster in /tmp/ray, e.g. a test's, and then refuses num_cpus)
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
                 break
             except Exception as exc:  # Ray raises plain Exception/RuntimeError subclasses for a failed start
                 ray.shutdown()
