@@ -17,10 +17,12 @@ Usage: ``python benchmarks/rollout.py [--model smollm2-135m-instruct] [--dtype b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -41,16 +43,8 @@ logger = logging.getLogger("bench.rollout")
 
 
 def overhead(policy: HFPolicy, env_id: str, batch: int, new_tokens: int, repeats: int) -> dict:
-    """Median wall time of a one-turn batched rollout vs bare generate on its prompts, the prompt cache off
-    (identical work: no shared prefix run outside ``model.generate``)."""
-    cache, policy.prompt_cache = policy.prompt_cache, PromptCache(0)
-    try:
-        return _overhead(policy, env_id, batch, new_tokens, repeats)
-    finally:
-        policy.prompt_cache = cache
-
-
-def _overhead(policy: HFPolicy, env_id: str, batch: int, new_tokens: int, repeats: int) -> dict:
+    """Median wall time of a one-turn batched rollout vs bare generate on its prompts (run it with the prompt
+    cache off, :func:`_prompt_cache`, so both do identical work: no shared prefix outside ``model.generate``)."""
     config = RolloutConfig(sampling=SamplingParams(max_new_tokens=new_tokens, temperature=1.0), max_turns=1)
     envs = [gym.make(env_id) for _ in range(batch)]
     seeds = list(range(batch))
@@ -137,6 +131,16 @@ class _TimedModel:
         del self.model.generate  # back to the class method
 
 
+@contextlib.contextmanager
+def _prompt_cache(policy: HFPolicy, max_bytes: int) -> Iterator[None]:
+    """The policy with a fresh ``PromptCache(max_bytes)``, its own cache back afterwards."""
+    saved, policy.prompt_cache = policy.prompt_cache, PromptCache(max_bytes)
+    try:
+        yield
+    finally:
+        policy.prompt_cache = saved
+
+
 def shared_prefix(policy: HFPolicy, batch: int, repeats: int) -> dict:
     """Median process CPU seconds of one batch of the study's short-sum episodes (direct actions, 2 attempts),
     the batch's common prefix run once vs every prompt run whole."""
@@ -146,12 +150,10 @@ def shared_prefix(policy: HFPolicy, batch: int, repeats: int) -> dict:
     envs = [gym.make(study.env, **study.kwargs) for _ in range(batch)]
 
     def play(cache_bytes: int) -> tuple[float, list]:
-        policy.prompt_cache = PromptCache(cache_bytes)  # a fresh cache: each run pays for its prefix
-        cpu = time.process_time()
-        trajs = rollout_batch(envs, policy, config, seeds=list(range(batch)), seed=0)
-        return time.process_time() - cpu, [t.token_ids for t in trajs]
-
-    cache = policy.prompt_cache
+        with _prompt_cache(policy, cache_bytes):  # a fresh cache: each run pays for its prefix
+            cpu = time.process_time()
+            trajs = rollout_batch(envs, policy, config, seeds=list(range(batch)), seed=0)
+            return time.process_time() - cpu, [t.token_ids for t in trajs]
 
     runs: dict[str, list[float]] = {"shared": [], "whole": []}
     same = True
@@ -161,7 +163,6 @@ def shared_prefix(policy: HFPolicy, batch: int, repeats: int) -> dict:
         runs["shared"].append(shared_cpu)
         runs["whole"].append(whole_cpu)
         same &= shared_ids == whole_ids
-    policy.prompt_cache = cache
     med = {k: statistics.median(v) for k, v in runs.items()}
     return {"env": study.env, "batch": batch, "runs": runs, "median": med, "same_trajectories": same}
 
@@ -207,7 +208,8 @@ def main() -> None:
 
     args.dtype = auto_dtype(args.device) if args.dtype == "auto" else args.dtype
     policy = HFPolicy.from_pretrained(args.model, dtype=args.dtype, device=args.device)
-    over = overhead(policy, "r3l/Countdown-v0", args.batch, args.new_tokens, args.repeats)
+    with _prompt_cache(policy, 0):
+        over = overhead(policy, "r3l/Countdown-v0", args.batch, args.new_tokens, args.repeats)
     logger.info("overhead %s", over)
     free = throughput(
         policy,

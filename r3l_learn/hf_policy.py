@@ -92,14 +92,14 @@ class HFPolicy(HFTokenizerIO):
             return []
         with torch.random.fork_rng(devices=self._rng_devices()), self._compute():
             shared = self.shared_prefix(prompts)
+            input_ids, attention_mask = self.pad_left([p[shared:] for p in prompts])
             past = None
             if shared:
                 past = copy.deepcopy(self.prompt_cache.head(self.model, prompts[0][:shared], self.autocast)[0])
                 past.batch_repeat_interleave(len(prompts))
-            input_ids, attention_mask = self.pad_left([p[shared:] for p in prompts])
-            head = torch.tensor([list(prompts[0][:shared])] * len(prompts), dtype=torch.long, device=self.device)
-            input_ids = torch.cat([head, input_ids], dim=1)
-            attention_mask = torch.cat([torch.ones_like(head), attention_mask], dim=1)
+                head = torch.tensor([list(prompts[0][:shared])], device=self.device).expand(len(prompts), -1)
+                input_ids = torch.cat([head, input_ids], dim=1)
+                attention_mask = torch.cat([torch.ones_like(head), attention_mask], dim=1)
             if params.seed is not None:
                 torch.manual_seed(params.seed)
             out = self.model.generate(
