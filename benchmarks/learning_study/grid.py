@@ -76,6 +76,22 @@ ENVS: dict[str, EnvSetting] = {
         "arithmetic, 2 attempts with feedback",
         "generated reasoning-gym chain_sum questions (2-3 one-digit terms)",
     ),
+    # The same sums with room to finish the sentence: 12 tokens cut SmolLM2's usual reply ("5 + 8 = 13 So the
+    # final answer is 13.") before the answer, so it started at 0-3 %; with 32 the sentence the grader reads
+    # ("The final answer is x") fits. What is left to learn is to say it, and say it once, correctly.
+    "chainsum-32tok": EnvSetting(
+        "r3l/ReasoningGym-v0",
+        {
+            "dataset": "chain_sum",
+            "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1},
+            "max_attempts": 2,
+        },
+        "direct",
+        2,
+        32,
+        "arithmetic, 2 attempts with feedback, 32-token replies",
+        "generated reasoning-gym chain_sum questions (2-3 one-digit terms)",
+    ),
     # Clicks are chosen among the page's links; on the search page the policy fills search[<query>]'s slot.
     # A purchase needs search, product, Buy Now at least. SmolLM2 bought nothing in 8 sampled episodes of 6 turns.
     "webshop": EnvSetting(
@@ -223,8 +239,8 @@ MODES: dict[str, Mode] = {
         "cpu",
         "8 steps of 2 tasks × 4 trajectories (64 per run), 64 held-out episodes before, after 4 steps and after 8, "
         f"3 seeds, lr 1e-4; autocast {CPU_AUTOCAST} (bf16 only where the CPU has it); every method on TextWorld, "
-        "R³L, GRPO, OPMD and RAFT on short sums (chain_sum)",
-        envs=("textworld", "chainsum"),
+        "R³L, GRPO, OPMD and RAFT on short sums (chain_sum, replies of 12 and of 32 tokens)",
+        envs=("textworld", "chainsum", "chainsum-32tok"),
         methods=(
             REFERENCE,
             "grpo",
