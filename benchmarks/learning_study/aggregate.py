@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .grid import METHODS, Method, Mode, Run, reference
-from .rundir import MEMORY_ONLY, attempts, finished, metrics, state
+from .rundir import CARRY_FREE, MEMORY_ONLY, attempts, finished, metrics, same_run, state
 from .stats import mean_ci, paired, ratio, verdict
 
 #: the per-step speed metrics summed over a run (CPU seconds: what a shared machine's load inflates least)
@@ -25,6 +25,7 @@ SPEED_SUMS = (
 
 #: the TrainConfig fields the grid varies per cell (the page lists them per env and method, and the rest once)
 VARYING = ("env", "env_kwargs", "algo", "ablations", "reflector", "max_turns", "max_new_tokens", "actions")
+VARYING += ("temperature",)  # the training temperature, where an env sets its own
 
 
 def _num(value: Any) -> float | None:
@@ -32,9 +33,10 @@ def _num(value: Any) -> float | None:
     return float(value) if ok else None
 
 
-def run_summary(run: Run) -> dict[str, Any]:
+def run_summary(run: Run, machine: str | None = None) -> dict[str, Any]:
     """What one run measured: evals (with the budget spent before each), totals, and the retry counters. A run
-    directory that holds a run of another configuration (``stale``) counts as not finished."""
+    directory that holds a run of another configuration (``stale``) counts as not finished. ``machine``: the CPU
+    kind the run directories were made on (this one's, unless they were copied here)."""
     stale = state(run) == "stale"
     records = metrics(run.run_dir)
     steps = [r for r in records if "train/reward" in r]
@@ -94,7 +96,35 @@ def run_summary(run: Run) -> dict[str, Any]:
         "wall_s": sum(a.get("wall_s", 0.0) for a in tries) or None,
         "load": [a.get("load_start") for a in tries] + [a.get("load_end") for a in tries[-1:]],
         "eval_after_detail": result.get("eval_after"),
+        "machine": machine,
+        "autocast": run.config.get("autocast"),
+        "carried": False,
     }
+
+
+def carried_over(runs: Sequence[Run], saved: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The committed summaries (a saved ``learning.json``) that stand for cells with no run directory here: so a
+    study continued on a fresh machine keeps what earlier machines finished. A summary counts only if its run
+    finished and its config makes the same cell (:data:`rundir.CARRY_FREE` aside: the machine, the micro-batch).
+    Keyed by run name; each is marked ``carried`` with the machine and autocast it ran with."""
+    if not saved:
+        return {}
+    configs, machine = saved.get("configs", {}), saved.get("machine", {}).get("cpu_kind")
+    summaries = {f"{s['env']}/{s['method']}/seed{s['seed']}": s for s in saved.get("runs", [])}
+    from r3l_learn.train import TrainConfig
+
+    defaults, out = TrainConfig().to_dict(), {}
+    for run in runs:
+        summary, config = summaries.get(run.name), configs.get(run.name)
+        if run.run_dir.exists() or not (summary and summary["finished"] and config):
+            continue
+        # a report's configs are the grid's (TrainConfig defaults left out), not a run's whole config.json: the
+        # fields they lack are today's defaults, as in the cell's own config (never FORMER_BEHAVIOUR's values)
+        if same_run(run.config, {**defaults, **config}, CARRY_FREE):
+            autocast = summary.get("autocast", config.get("autocast"))
+            out[run.name] = {**summary, "machine": summary.get("machine") or machine, "autocast": autocast}
+            out[run.name]["carried"] = True
+    return out
 
 
 def cell_summary(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -172,16 +202,31 @@ def mean_curve(runs: Sequence[dict[str, Any]], metric: str) -> list[dict[str, An
     return points
 
 
-def aggregate(mode: Mode, runs: Sequence[Run], methods: dict[str, Method] = METHODS) -> dict[str, Any]:
-    """Per-run and per-cell summaries, paired comparisons, missing cells and sanity checks."""
-    per_run = [run_summary(r) for r in runs]
+def aggregate(
+    mode: Mode,
+    runs: Sequence[Run],
+    methods: dict[str, Method] = METHODS,
+    *,
+    saved: dict[str, Any] | None = None,
+    machine: str | None = None,
+) -> dict[str, Any]:
+    """Per-run and per-cell summaries, paired comparisons, missing cells and sanity checks. ``saved``: a committed
+    report whose finished runs stand for the cells without a run directory here (:func:`carried_over`)."""
+    carried = carried_over(runs, saved)
+    per_run = [carried.get(r.name) or run_summary(r, machine) for r in runs]
+
     # Runs that did not evaluate the initial model themselves (``eval_before`` off) take the eval of the run of
-    # the same (env, seed) that did: same model, same episodes, same seeds.
-    initial = {(s["env"], s["seed"]): s["before"] for s in per_run if s["finished"] and s["before"]}
+    # the same (env, seed) that did: same model, same episodes, same seeds, same arithmetic (autocast).
+    def key(s: dict[str, Any]) -> tuple[Any, ...]:
+        return s["env"], s["seed"], s.get("autocast")
+
+    initial = {key(s): s["before"] for s in per_run if s["finished"] and s["before"] and not s.get("before_shared")}
     for s in per_run:
-        s["before_shared"] = not s["before"] and (s["env"], s["seed"]) in initial
+        if s["carried"]:
+            continue  # shared (or not) where it ran
+        s["before_shared"] = not s["before"] and key(s) in initial
         if s["before_shared"]:
-            s["before"] = initial[(s["env"], s["seed"])]
+            s["before"] = initial[key(s)]
             s["curve"].insert(0, s["before"])
     cells: dict[str, dict[str, Any]] = {}
     for env in mode.envs:
@@ -213,13 +258,12 @@ def aggregate(mode: Mode, runs: Sequence[Run], methods: dict[str, Method] = METH
     before_agree = {}
     for env in mode.envs:
         for seed in mode.seeds:
-            vals = {
-                (s["before"]["success"], s["before"]["score"])
-                for s in per_run
-                if s["env"] == env and s["seed"] == seed and s["finished"] and s["before"] and not s["before_shared"]
-            }
+            vals: dict[Any, set[tuple[float, float]]] = {}  # per autocast: bf16 and fp32 evals may differ
+            for s in per_run:
+                if s["env"] == env and s["seed"] == seed and s["finished"] and s["before"] and not s["before_shared"]:
+                    vals.setdefault(s.get("autocast"), set()).add((s["before"]["success"], s["before"]["score"]))
             if vals:
-                before_agree[f"{env}|{seed}"] = len(vals) == 1
+                before_agree[f"{env}|{seed}"] = all(len(v) == 1 for v in vals.values())
     return {
         "runs": per_run,
         "cells": cells,
@@ -229,19 +273,29 @@ def aggregate(mode: Mode, runs: Sequence[Run], methods: dict[str, Method] = METH
     }
 
 
-def train_config(agg: dict[str, Any]) -> dict[str, Any] | None:
-    """The TrainConfig fields every cell shares (one run's saved ``config.json``, less :data:`VARYING`), and the
-    finished runs made with another memory-only setting; ``None`` when no run directory holds a config."""
-    config_path = Path(agg["runs"][0]["run_dir"]) / "config.json" if agg["runs"] else None
-    if not (config_path and config_path.is_file()):
-        return None
-    shared = {k: v for k, v in json.loads(config_path.read_text()).items() if k not in VARYING}
-    shared.update(out_dir="<run dir>", seed="<seed>")
-    overrides = []
+def train_config(agg: dict[str, Any], saved: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The TrainConfig fields every cell shares (the first finished run's ``config.json`` here, less
+    :data:`VARYING`; else those ``saved``, the report the carried runs come from, recorded), and the finished runs
+    made with another memory-only setting; ``None`` when neither is there."""
+    here = []
     for r in agg["runs"]:
         path = Path(r["run_dir"]) / "config.json"
-        saved = json.loads(path.read_text()) if r["finished"] and path.is_file() else {}
-        diff = {k: saved[k] for k in sorted(MEMORY_ONLY) if k in saved and saved[k] != shared.get(k)}
+        if not r["carried"] and r["finished"] and path.is_file():
+            here.append((f"{r['env']}/{r['method']}/seed{r['seed']}", json.loads(path.read_text())))
+    earlier = (saved or {}).get("train_config")
+    if here:
+        shared = {k: v for k, v in here[0][1].items() if k not in VARYING}
+        shared.update(out_dir="<run dir>", seed="<seed>")
+    elif earlier:
+        shared = dict(earlier["shared"])
+    else:
+        return None
+    if len({r.get("autocast") for r in agg["runs"] if r["finished"]}) > 1:
+        shared["autocast"] = "<per machine>"  # the page lists the machines and their autocast
+    carried = {f"{r['env']}/{r['method']}/seed{r['seed']}" for r in agg["runs"] if r["carried"]}
+    overrides = [o for o in (earlier or {}).get("memory_overrides", []) if o["run"] in carried]
+    for name, config in here:
+        diff = {k: config[k] for k in sorted(MEMORY_ONLY) if k in config and config[k] != shared.get(k)}
         if diff:
-            overrides.append({"run": f"{r['env']}/{r['method']}/seed{r['seed']}", "changes": diff})
+            overrides.append({"run": name, "changes": diff})
     return {"shared": shared, "memory_overrides": overrides}

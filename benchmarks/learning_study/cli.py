@@ -20,6 +20,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import _report
 
@@ -54,6 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rerun-stale", action="store_true", help="delete and rerun runs of another configuration")
     parser.add_argument("--keep-checkpoints", action="store_true", help="keep finished runs' checkpoints")
     parser.add_argument("--report-only", action="store_true", help="aggregate the existing runs; run nothing")
+    parser.add_argument(
+        "--saved",
+        type=Path,
+        default=None,
+        help="the committed report whose finished runs count as done where no run dir holds them "
+        "(default: RESULTS_DIR/learning.json when it is of the same mode)",
+    )
+    parser.add_argument("--no-saved", action="store_true", help="use only the run directories under --out-root")
     parser.add_argument("--no-report", action="store_true", help="run; do not write RESULTS.md")
     parser.add_argument("--results-md", type=Path, default=_report.RESULTS_MD)
     parser.add_argument("--results-dir", type=Path, default=_report.RESULTS_DIR)
@@ -62,6 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--from-json", type=Path, default=None, help="render the page and plots again from a saved learning.json"
     )
     return parser
+
+
+def load_saved(path: Path, mode: str) -> dict[str, Any] | None:
+    """The committed report at ``path`` if it is one of mode ``mode`` (else ``None``: another mode's runs are
+    other cells); a file that is not a learning report is an error, not silently ignored."""
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or not {"mode", "runs", "configs"} <= set(data):
+        raise SystemExit(f"{path} is not a learning report (no mode, runs and configs): pass --saved or --no-saved")
+    return data if data["mode"].get("name") == mode else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     command = "python benchmarks/learning.py " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+    saved = None if args.no_saved else load_saved(args.saved or args.results_dir / "learning.json", mode.name)
+    if saved is not None:
+        logger.info("finished runs of %s count as done where no run dir holds them", args.saved or "learning.json")
     if args.report_only:
         runs = build_grid(mode, out_root)
     else:
@@ -114,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             keep_checkpoints=args.keep_checkpoints,
             overrides={"micro_batch_size": args.micro_batch_size} if args.micro_batch_size else None,
             command=command,
+            saved=saved,
         )
     if not args.no_report:
         log = out_root / "sweeps.jsonl"
@@ -128,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results_dir=args.results_dir,
             plots_dir=args.plots_dir,
             history=history,
+            saved=saved,
         )
         logger.info("%s: section %r; %d cells missing", args.results_md, SECTION, len(data["missing"]))
     return 0

@@ -27,6 +27,7 @@ class EnvSetting:
     kind: str  # what sort of task, for the page
     data: str  # what the env runs on (names never lie: generated data is called generated)
     setup: str | None = None  # "DIR:module:function" called before the env is made (test envs outside r3l_envs)
+    temperature: float | None = None  # training rollouts' sampling temperature; None: TrainConfig's (1.0)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EnvSetting:
@@ -76,21 +77,24 @@ ENVS: dict[str, EnvSetting] = {
         "arithmetic, 2 attempts with feedback",
         "generated reasoning-gym chain_sum questions (2-3 one-digit terms)",
     ),
-    # The same sums with room to finish the sentence: 12 tokens cut SmolLM2's usual reply ("5 + 8 = 13 So the
-    # final answer is 13.") before the answer, so it started at 0-3 %; with 32 the sentence the grader reads
-    # ("The final answer is x") fits. What is left to learn is to say it, and say it once, correctly.
-    "chainsum-32tok": EnvSetting(
+    # Sums of two one-digit terms, with room to finish the sentence and sampled at the held-out temperature.
+    # 12 tokens cut SmolLM2's usual reply ("5 + 8 = 13 So the final answer is 13.") before the answer the grader
+    # reads; 32 fit it. At the paper's sampling temperature 1.0 SmolLM2 solved 0 of 64 training sums (2-3 terms:
+    # 1 of 64), so no group had a success to learn from; at 0.7 5 of 64, 0.55 9, 0.4 13 (2-3 terms at 0.4: 0.125
+    # and 0.078 of the held-out sums of seeds 0 and 1). What is left to learn: to say the answer once, and right.
+    "chainsum-2term": EnvSetting(
         "r3l/ReasoningGym-v0",
         {
             "dataset": "chain_sum",
-            "dataset_config": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1},
+            "dataset_config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
             "max_attempts": 2,
         },
         "direct",
         2,
         32,
-        "arithmetic, 2 attempts with feedback, 32-token replies",
-        "generated reasoning-gym chain_sum questions (2-3 one-digit terms)",
+        "arithmetic, 2 attempts with feedback",
+        "generated reasoning-gym chain_sum questions (2 one-digit terms)",
+        temperature=0.4,
     ),
     # Clicks are chosen among the page's links; on the search page the policy fills search[<query>]'s slot.
     # A purchase needs search, product, Buy Now at least. SmolLM2 bought nothing in 8 sampled episodes of 6 turns.
@@ -239,8 +243,9 @@ MODES: dict[str, Mode] = {
         "cpu",
         "8 steps of 2 tasks × 4 trajectories (64 per run), 64 held-out episodes before, after 4 steps and after 8, "
         f"3 seeds, lr 1e-4; autocast {CPU_AUTOCAST} (bf16 only where the CPU has it); every method on TextWorld, "
-        "R³L, GRPO, OPMD and RAFT on short sums (chain_sum, replies of 12 and of 32 tokens)",
-        envs=("textworld", "chainsum", "chainsum-32tok"),
+        "R³L, GRPO, OPMD and RAFT on short sums (chain_sum: 2-3 terms in 12-token replies; 2 terms in 32-token "
+        "replies sampled at T = 0.4)",
+        envs=("textworld", "chainsum", "chainsum-2term"),
         methods=(
             REFERENCE,
             "grpo",
@@ -320,6 +325,7 @@ def run_config(
         "max_new_tokens": env.max_new_tokens,
         "max_turns": env.max_turns,
         "actions": env.actions,
+        **({"temperature": env.temperature} if env.temperature is not None else {}),
         "lr": mode.lr,
         "device": mode.device,
         "dtype": mode.dtype,

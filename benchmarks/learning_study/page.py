@@ -25,7 +25,7 @@ _RETRY_HEADER = (
     "env|method|reflector|reflections parsed|retries|mean pivot|beat base|retry success|tokens pivot ÷ scratch|"
     "env steps pivot ÷ scratch|agent tokens masked"
 )
-_ENV_HEADER = "env|id|kwargs|actions|max turns|max new tokens|kind|data"
+_ENV_HEADER = "env|id|kwargs|actions|max turns|max new tokens|training temperature|kind|data"
 
 
 def render(data: dict[str, Any], *, page_dir: Path) -> str:
@@ -68,6 +68,7 @@ def _heading(data: dict[str, Any], mode: Mode, history: Sequence[dict[str, Any]]
         f"## Learning at an equal sampling budget (`benchmarks/learning.py`, mode `{mode.name}`)",
         "",
         f"{_report.machine_line(data['machine'])} {data['versions']}.",
+        *_machines(data["runs"], data["machine"].get("cpu_kind")),
         f"Model `{mode.model}` ({mode.dtype}) on `{mode.device}`. The runs were made by "
         + (f"{len(history)} invocation(s) (each resumes what the previous left):" if history else "(no record):"),
         "",
@@ -87,6 +88,23 @@ def _heading(data: dict[str, Any], mode: Mode, history: Sequence[dict[str, Any]]
         "The paper's numbers (R3L.md §8) are for Qwen2.5-1.5B with 96 tasks × 8 samples per step on 8 GPUs; nothing "
         "here is comparable to them in size.",
     ]
+
+
+def _machines(runs: Sequence[dict[str, Any]], here: str | None) -> list[str]:
+    """Which CPU kind and autocast made the finished runs, when not all were made on this page's machine (a study
+    continued on a fresh machine carries the committed summaries of the runs made before)."""
+    groups: dict[tuple[Any, Any, bool], list[dict[str, Any]]] = {}
+    for r in runs:
+        if r["finished"]:
+            groups.setdefault((r.get("machine") or here, r.get("autocast"), bool(r.get("carried"))), []).append(r)
+    if not any(carried for _, _, carried in groups) and len(groups) <= 1:
+        return []
+    parts = []
+    for (machine, autocast, carried), members in groups.items():
+        envs = ", ".join(dict.fromkeys(r["env"] for r in members))
+        where = "an earlier machine, carried over from the committed report" if carried else "this machine"
+        parts.append(f"{len(members)} on {where} ({machine}; autocast {autocast}; {envs})")
+    return [f"Finished runs by machine: {'; '.join(parts)}."]
 
 
 def grid_table(
@@ -266,7 +284,8 @@ def _settings(
     for key in mode.envs:
         s = envs[key]
         rows.append([key, f"`{s.env}`", f"`{json.dumps(s.kwargs)}`", s.actions, str(s.max_turns)])
-        rows[-1] += [str(s.max_new_tokens), s.kind, s.data]
+        rows[-1] += [str(s.max_new_tokens), "1.0 (default)" if s.temperature is None else f"{s.temperature:g}"]
+        rows[-1] += [s.kind, s.data]
     md += table(_ENV_HEADER.split("|"), rows)
     flags = "; ".join(f"{methods[m].label} = `{method_flags(methods[m])}`" for m in mode.methods)
     md += ["", f"Methods: {flags}."]

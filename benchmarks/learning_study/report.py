@@ -44,23 +44,30 @@ def write_report(
     history: Sequence[dict[str, Any]] = (),
     envs: dict[str, EnvSetting] = ENVS,
     methods: dict[str, Method] = METHODS,
+    saved: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Aggregate the run directories of ``runs`` and write the section, the JSON and the plots; returns the data."""
-    agg = aggregate(mode, runs, methods)
+    """Aggregate the run directories of ``runs`` and write the section, the JSON and the plots; returns the data.
+
+    ``saved``: the report committed before (a ``learning.json`` of the same mode); its finished runs stand for the
+    cells that have no run directory here, and its invocations open the list (see :func:`aggregate`)."""
+    machine = _report.machine()
+    agg = aggregate(mode, runs, methods, saved=saved, machine=machine.get("cpu_kind"))
     plots = plot_curves(mode, agg, plots_dir, methods)
+    carried = {f"{r['env']}/{r['method']}/seed{r['seed']}" for r in agg["runs"] if r["carried"]}
+    earlier = list((saved or {}).get("invocations", []))
     data = {
         "mode": dataclasses.asdict(mode),
         "command": command,
-        "machine": _report.machine(),
+        "machine": machine,
         "versions": library_versions(),
-        "invocations": list(history),
+        "invocations": earlier + [h for h in history if h not in earlier],
         "envs": {k: dataclasses.asdict(envs[k]) for k in mode.envs},
         "methods": {k: dataclasses.asdict(methods[k]) for k in mode.methods},
-        "configs": {r.name: r.config for r in runs},
+        "configs": {r.name: saved["configs"][r.name] if r.name in carried else r.config for r in runs},
         **agg,
         "discussion": discussion(mode, agg, methods),
         "plots": {k: str(v) for k, v in plots.items()},
-        "train_config": train_config(agg),
+        "train_config": train_config(agg, saved),
     }
     _write(data, results_md, results_dir)
     return data

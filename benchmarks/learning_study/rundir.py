@@ -11,6 +11,12 @@ from .grid import Run
 
 #: TrainConfig fields an invocation may override for memory: the loss does not depend on them (1×8 = 8×1 is tested)
 MEMORY_ONLY = frozenset({"micro_batch_size"})
+#: TrainConfig fields a mode resolves per machine (autocast bf16 only where the CPU computes bf16 natively): a
+#: finished run made on another CPU kind is the same cell of the grid, made there (the page names its machine)
+MACHINE_RESOLVED = frozenset({"autocast"})
+#: what may differ between a cell and a committed run summary that stands for it: where and how the run was made,
+#: never what it trained or measured (steps and evals must match: a summary is not resumed, it is the result)
+CARRY_FREE = MEMORY_ONLY | MACHINE_RESOLVED | {"out_dir", "progress", "checkpoint_every", "save_final", "eval_before"}
 
 
 def metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -32,17 +38,24 @@ def finished(run: Run) -> bool:
 def state(run: Run) -> str:
     """``done``, ``resume`` (checkpoints, no final eval), ``fresh`` (nothing usable) or ``stale`` (the run
     directory holds a run of another configuration)."""
-    from r3l_learn.train import RESUMABLE_CHANGES, config_from_dict  # what a run may change and still resume
+    from r3l_learn.train import RESUMABLE_CHANGES  # what a run may change and still resume
 
     saved = run.run_dir / "config.json"
     free = RESUMABLE_CHANGES | MEMORY_ONLY | {"out_dir"}  # a run moved to its cell's directory is still that run
-    if saved.is_file() and config_from_dict(run.config).changed_from(json.loads(saved.read_text()), free):
+    if saved.is_file() and not same_run(run.config, json.loads(saved.read_text()), free):
         return "stale"
     if finished(run):
         return "done"
     from r3l_learn.checkpoints import latest_checkpoint
 
     return "resume" if latest_checkpoint(run.run_dir / "checkpoints") else "fresh"
+
+
+def same_run(config: dict[str, Any], saved: dict[str, Any], free: frozenset[str]) -> bool:
+    """Whether the TrainConfig fields ``config`` make the run whose saved config is ``saved``, but for ``free``."""
+    from r3l_learn.train import config_from_dict
+
+    return not config_from_dict(config).changed_from(saved, free)
 
 
 def attempts(run_dir: Path) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import BENCHMARKS, ROOT
+from .aggregate import carried_over
 from .child import register_setup
 from .grid import ENVS, METHODS, EnvSetting, Method, Mode, Run, build_grid
 from .rundir import MEMORY_ONLY, append_attempt, finished, state
@@ -166,11 +167,15 @@ def sweep(
     keep_checkpoints: bool = False,
     overrides: dict[str, Any] | None = None,
     command: str = "",
+    saved: dict[str, Any] | None = None,
 ) -> tuple[list[Run], dict[str, Any]]:
     """Run the cells of ``mode`` that are not done yet (those ``only`` selects); returns the grid and what this
-    invocation did, which is also appended to ``out_root/sweeps.jsonl`` (the page lists every invocation)."""
+    invocation did, which is also appended to ``out_root/sweeps.jsonl`` (the page lists every invocation).
+    ``saved``: a committed report; the cells its finished runs stand for are done (see ``carried_over``)."""
     runs = build_grid(mode, out_root, envs=envs, methods=methods)
-    todo = [r for r in runs if only is None or only(r)]
+    carried = carried_over(runs, saved)
+    chosen = [r for r in runs if only is None or only(r)]
+    todo = [r for r in chosen if r.name not in carried]
     if overrides:
         if set(overrides) - MEMORY_ONLY:
             raise ValueError(f"only {sorted(MEMORY_ONLY)} may be overridden, got {sorted(overrides)}")
@@ -202,7 +207,7 @@ def sweep(
     info["wall_min"] = round((time.monotonic() - start) / 60, 1)
     info["load_end"] = round(load_now(), 2)
     info["outcomes"] = {o.run.name: {"status": o.status, "wall_s": round(o.wall_s, 1)} for o in outcomes}
-    counts: dict[str, int] = {}
+    counts: dict[str, int] = {"carried over": len(chosen) - len(todo)} if len(todo) < len(chosen) else {}
     for o in outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
     info["counts"] = counts

@@ -168,6 +168,7 @@ def test_the_grid_runs_aggregates_skips_and_resumes(tmp_path):
 
     _, again = scheduler.sweep(MODE, out_root=out_root, envs=ENVS, threads=1)
     assert again["counts"] == {"skipped": 4}
+    _continued_on_a_fresh_machine(json.loads(saved), tmp_path)
 
     # a checkpointed run asked for a longer budget resumes instead of starting over
     longer = dataclasses.replace(MODE, steps=2, methods=("grpo",), seeds=(0,))
@@ -243,3 +244,36 @@ def test_a_run_without_token_counters_is_left_out_of_the_token_means_not_counted
     cell = aggregate.cell_summary([run(0, counted), run(1, counted), run(2, {})])  # seed 2 ran before bench/*
     assert cell["generated_tokens"]["mean"] == 2000 and cell["generated_tokens"]["n"] == 2
     assert cell["env_steps"]["mean"] == 100 and cell["env_steps"]["n"] == 2
+
+
+def _continued_on_a_fresh_machine(saved, tmp_path):
+    """A study continued where no run directory is: the committed summaries stand for their cells (the sweep runs
+    nothing, the report is the same), across a CPU kind that resolves autocast otherwise, but not across a change
+    of what a run trains."""
+    fresh = tmp_path / "fresh"
+    _, info = scheduler.sweep(MODE, out_root=fresh, envs=ENVS, threads=1, saved=saved)
+    assert info["counts"] == {"carried over": 4} and not (fresh / "corridor").exists()
+
+    def rerun(saved):
+        runs = grid.build_grid(MODE, fresh, envs=ENVS)
+        out = tmp_path / "continued"
+        kwargs = {"results_md": out / "RESULTS.md", "results_dir": out, "plots_dir": out / "plots", "envs": ENVS}
+        return report.write_report(MODE, runs, command="test", saved=saved, **kwargs)
+
+    data = rerun(saved)
+    assert json.loads(json.dumps(data["cells"])) == saved["cells"] and data["missing"] == []
+    assert all(s["carried"] for s in data["runs"]) and data["train_config"] == saved["train_config"]
+    assert data["invocations"] == saved["invocations"]
+    assert "Finished runs by machine: 4 on an earlier machine" in (tmp_path / "continued" / "RESULTS.md").read_text()
+
+    name = "corridor/grpo/seed1"
+    other_cpu = {**saved["configs"][name], "autocast": "bf16"}  # the cell's own is the default, "auto"
+    data = rerun({**saved, "configs": {**saved["configs"], name: other_cpu}})
+    assert data["missing"] == [] and data["cells"]["grpo|corridor"]["seeds"] == [0, 1]
+    other_run = {**saved["configs"][name], "lr": 0.5}
+    data = rerun({**saved, "configs": {**saved["configs"], name: other_run}})
+    assert data["missing"] == [{"env": "corridor", "method": "grpo", "seeds": [1], "stale": []}]
+    with pytest.raises(SystemExit, match="not a learning report"):
+        (tmp_path / "junk.json").write_text("[1, 2]")
+        cli.load_saved(tmp_path / "junk.json", "test")
+    assert cli.load_saved(tmp_path / "continued" / "learning.json", "another mode") is None
