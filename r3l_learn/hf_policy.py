@@ -20,7 +20,7 @@ import torch
 from r3l_learn.chat_io import HFTokenizerIO
 from r3l_learn.device import native_dtype, resolve_dtype
 from r3l_learn.models import resolve_model
-from r3l_learn.prompt_cache import PromptCache
+from r3l_learn.prompt_cache import PromptCache, with_cache
 from wrappers.policy import Generation, SamplingParams
 
 __all__ = ["HFPolicy", "auto_dtype"]
@@ -105,7 +105,7 @@ class HFPolicy(HFTokenizerIO):
             out = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
-                past_key_values=past,
+                **with_cache(self.model, past),
                 generation_config=self.generation_config(params),
                 tokenizer=self.tokenizer if params.stop else None,
             )
@@ -250,7 +250,7 @@ class HFPolicy(HFTokenizerIO):
                 mask[row, prompt_len : prompt_len + len(cont) - 1] = 1
         positions = torch.arange(prompt_len, prompt_len + width - 1, device=device).expand(len(conts), -1)
         logits = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+            input_ids=ids, attention_mask=mask, position_ids=positions, **with_cache(self.model, cache), use_cache=True
         ).logits.float()
         logp = torch.log_softmax(logits, dim=-1)
         out = []

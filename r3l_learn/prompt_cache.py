@@ -14,6 +14,8 @@ rounding (the new tokens attend to the same keys and values, computed in a diffe
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -64,11 +66,11 @@ class PromptCache:
             self.misses += 1
         self.computed_tokens += len(prompt) - start
         ids = torch.tensor([prompt[start:]], device=_device(model))
-        out = model(input_ids=ids, past_key_values=past, use_cache=True, logits_to_keep=1)
+        out = model(input_ids=ids, **with_cache(model, past), use_cache=True, logits_to_keep=1)
         first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
         if self.max_bytes:
-            self._store(prompt, out.past_key_values, first)
-        return out.past_key_values, first
+            self._store(prompt, returned_cache(out), first)
+        return returned_cache(out), first
 
     def clear(self) -> None:
         """Forget every cached prompt."""
@@ -103,6 +105,26 @@ class PromptCache:
         if weights != self._weights:
             self.clear()
             self._weights = weights
+
+
+def with_cache(model: Any, cache: Any) -> dict[str, Any]:
+    """The keyword that hands a KV cache to ``model``'s forward and ``generate``: ``cache`` where the model's
+    forward names it (transformers ≥ 5.2x; ``past_key_values`` is deprecated there and goes in 5.40), else
+    ``past_key_values``. Read off the signature, never guessed: a name the forward does not declare would vanish
+    into ``**kwargs`` and the model would silently run without the cache."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a LoRA-wrapped model forwards
+    return {_cache_name(type(base)): cache}
+
+
+@functools.cache
+def _cache_name(model_class: type) -> str:
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
+def returned_cache(out: Any) -> Any:
+    """The KV cache a forward returned (``out.cache``, or ``out.past_key_values`` before the rename)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
 
 
 def _device(model: Any) -> torch.device:

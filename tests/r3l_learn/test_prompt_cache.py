@@ -117,3 +117,23 @@ def test_one_continuation_per_prompt_is_scored_on_the_common_prefix():
     for g, w, c in zip(got, want, continuations):
         assert len(g) == len(c) and g == pytest.approx(w, abs=1e-5)
     assert shared.prompt_cache.computed_tokens == shared.shared_prefix(prompts)  # the rest ran batched on top
+
+
+def test_the_kv_cache_goes_by_the_name_the_installed_transformers_declares():
+    """transformers renamed ``past_key_values`` to ``cache`` (the old name warns, then goes in 5.40): generating
+    and scoring on a cached prefix must use the declared name, or a later release runs them without the cache."""
+    import inspect
+    import warnings
+
+    from wrappers import SamplingParams
+
+    policy = _policy()
+    prompts = _batch(policy)
+    declared = inspect.signature(type(policy.model).forward).parameters
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        policy.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=4, seed=0))
+        policy.score(prompts, [[70]] * len(prompts))
+    renamed = [str(w.message) for w in caught if "past_key_values" in str(w.message)]
+    assert renamed == [], renamed
+    assert ("cache" in declared) or ("past_key_values" in declared)
