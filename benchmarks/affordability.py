@@ -36,7 +36,7 @@ VARIANTS: dict[str, tuple[str, list[str], list[str]]] = {
         ["banner=True"],
     ),
     "compact": ("+ no title banner in the first observation (now the default)", ["--prompt-cache-mb", "0"], []),
-    "cache": ("+ the prompt KV cache across turns (now the default)", [], []),
+    "cache": ("+ the prompt KV cache: across turns, and a batch's common prefix once (now the default)", [], []),
     "lora": ("+ LoRA r=16 instead of full fine-tuning", ["--lora-rank", "16"], []),
 }
 

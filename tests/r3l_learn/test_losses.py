@@ -55,6 +55,17 @@ def test_kl_estimators():
     assert kl_penalty(ref, ref, "k3").tolist() == [0.0, 0.0]
 
 
+def test_k3_is_capped_where_the_policy_made_a_token_far_less_likely():
+    from r3l_learn.losses import K3_MAX
+
+    ref = torch.tensor([-18.0, -18.0, -1.0])
+    logp = torch.tensor([-40.0, -18.5, -1.0], requires_grad=True)  # d = -22 (e^22 ≈ 3.6e9 uncapped), -0.5, 0
+    kl = kl_penalty(logp, ref, "k3")
+    assert kl.tolist() == pytest.approx([K3_MAX, math.exp(0.5) - 0.5 - 1, 0.0])
+    kl.sum().backward()
+    assert logp.grad.tolist() == pytest.approx([0.0, 1 - math.exp(0.5), 0.0])  # the capped token pulls nothing
+
+
 def test_objectives_declare_their_properties_and_hyperparameters():
     from r3l_learn.losses import OBJECTIVES
 
