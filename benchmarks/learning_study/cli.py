@@ -7,6 +7,10 @@ Usage (``benchmarks/learning.py`` is this module's command line)::
     python benchmarks/learning.py --mode gpu --jobs 2           # --device cuda
     python benchmarks/learning.py --mode quick --report-only    # re-aggregate existing runs
     python benchmarks/learning.py --from-json benchmarks/results/learning.json  # re-render a saved report
+
+On a fresh machine (no run directories) a sweep or report continues from the committed
+``benchmarks/results/learning.json``: its finished runs count as done for the same cells (made on another CPU kind
+too; the page says which), and only the rest run. ``--no-saved`` uses the run directories alone.
 """
 
 from __future__ import annotations

@@ -170,6 +170,9 @@ METHODS: dict[str, Method] = {
     # The oracle's privilege given to a baseline: per task, half of RAFT's group plays the env's expert plan (the
     # information the oracle reflector reads), at the same budget of trajectories.
     "raft-expert": Method("RAFT + expert demos (privileged)", "raft", role="control", config={"expert_demos": 2}),
+    # GRPO without its KL term: on the short sums most steps have no win, and there the KL's tiny gradient is all
+    # AdamW sees (it scales any gradient to lr-sized steps), so the KL alone moves the policy.
+    "grpo-no-kl": Method("GRPO − KL", "grpo", config={"kl_coef": 0.0}),
 }
 BASELINES = ("grpo", "raft", "opmd")
 
@@ -258,6 +261,7 @@ MODES: dict[str, Mode] = {
             "raft-expert",
             "r3l-self",
             "r3l-no-amplification",
+            "grpo-no-kl",
         ),
         seeds=(0, 1, 2),
         steps=8,
@@ -267,7 +271,10 @@ MODES: dict[str, Mode] = {
         eval_every=4,
         lr=1e-4,
         extra={"autocast": CPU_AUTOCAST, "eval_batch_size": 32},
-        method_envs={m: ("textworld",) for m in ALL_METHODS if m not in (REFERENCE, *BASELINES)},
+        method_envs={
+            **{m: ("textworld",) for m in ALL_METHODS if m not in (REFERENCE, *BASELINES)},
+            "grpo-no-kl": ("chainsum-2term",),
+        },
     ),
     "gpu": Mode(
         "gpu",
