@@ -173,6 +173,9 @@ METHODS: dict[str, Method] = {
     # GRPO without its KL term: on the short sums most steps have no win, and there the KL's tiny gradient is all
     # AdamW sees (it scales any gradient to lr-sized steps), so the KL alone moves the policy.
     "grpo-no-kl": Method("GRPO − KL", "grpo", config={"kl_coef": 0.0}),
+    # A lower learning rate on the short sums, where one update of lr 1e-4 with a single win undid the format.
+    "grpo-lr2e-5": Method("GRPO, lr 2e-5", "grpo", config={"lr": 2e-5}),
+    "r3l-lr2e-5": Method("R³L (oracle), lr 2e-5", "r3l", role="ablation", config={"lr": 2e-5}),
 }
 BASELINES = ("grpo", "raft", "opmd")
 
@@ -262,6 +265,8 @@ MODES: dict[str, Mode] = {
             "r3l-self",
             "r3l-no-amplification",
             "grpo-no-kl",
+            "grpo-lr2e-5",
+            "r3l-lr2e-5",
         ),
         seeds=(0, 1, 2),
         steps=8,
@@ -273,7 +278,7 @@ MODES: dict[str, Mode] = {
         extra={"autocast": CPU_AUTOCAST, "eval_batch_size": 32},
         method_envs={
             **{m: ("textworld",) for m in ALL_METHODS if m not in (REFERENCE, *BASELINES)},
-            "grpo-no-kl": ("chainsum-2term",),
+            **{m: ("chainsum-2term",) for m in ("grpo-no-kl", "grpo-lr2e-5", "r3l-lr2e-5")},
         },
     ),
     "gpu": Mode(
