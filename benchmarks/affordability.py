@@ -101,6 +101,8 @@ def measure(name: str, args: list[str], threads: int) -> dict:
 def render(rows: list[dict], facts: dict, command: str, loads: tuple) -> str:
     base = rows[0]["trajectories_per_cpu_hour"]
     lines = [
+        "## Trajectories trained per CPU-hour, lever by lever (`benchmarks/affordability.py`)",
+        "",
         machine_line(facts),
         "",
         f"`{command}`; load average {loads[0]:.1f} at the start and {loads[1]:.1f} at the end. CPU seconds are the "
