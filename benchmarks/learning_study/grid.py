@@ -96,6 +96,24 @@ ENVS: dict[str, EnvSetting] = {
         "generated reasoning-gym chain_sum questions (2 one-digit terms)",
         temperature=0.4,
     ),
+    # The same, with the restated sum graded by its value ("6 + 6 = 12" answers 12: equation_answers): the form the
+    # group-baseline methods shortened SmolLM2's replies to on chainsum-2term, which its grader does not read.
+    # Held-out start at seed 0: 12 of 64 (10 without).
+    "chainsum-2term-eq": EnvSetting(
+        "r3l/ReasoningGym-v0",
+        {
+            "dataset": "chain_sum",
+            "dataset_config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+            "max_attempts": 2,
+            "equation_answers": True,
+        },
+        "direct",
+        2,
+        32,
+        "arithmetic, 2 attempts with feedback, equations graded by their value",
+        "generated reasoning-gym chain_sum questions (2 one-digit terms)",
+        temperature=0.4,
+    ),
     # Clicks are chosen among the page's links; on the search page the policy fills search[<query>]'s slot.
     # A purchase needs search, product, Buy Now at least. SmolLM2 bought nothing in 8 sampled episodes of 6 turns.
     "webshop": EnvSetting(
@@ -250,8 +268,8 @@ MODES: dict[str, Mode] = {
         "8 steps of 2 tasks × 4 trajectories (64 per run), 64 held-out episodes before, after 4 steps and after 8, "
         f"3 seeds, lr 1e-4; autocast {CPU_AUTOCAST} (bf16 only where the CPU has it); every method on TextWorld, "
         "R³L, GRPO, OPMD and RAFT on short sums (chain_sum: 2-3 terms in 12-token replies; 2 terms in 32-token "
-        "replies sampled at T = 0.4)",
-        envs=("textworld", "chainsum", "chainsum-2term"),
+        "replies sampled at T = 0.4, and the same with equations graded by their value)",
+        envs=("textworld", "chainsum", "chainsum-2term", "chainsum-2term-eq"),
         methods=(
             REFERENCE,
             "grpo",

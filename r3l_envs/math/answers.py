@@ -18,7 +18,14 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ANSWER_FORMATS", "extract_answer", "extract_boxed", "extract_expression", "strip_math_delimiters"]
+__all__ = [
+    "ANSWER_FORMATS",
+    "equation_value",
+    "extract_answer",
+    "extract_boxed",
+    "extract_expression",
+    "strip_math_delimiters",
+]
 
 #: One line telling an agent which answer formats are understood (used in observations).
 ANSWER_FORMATS = (
@@ -107,6 +114,17 @@ def _bare(text: str) -> str | None:
     if len(lines) != 1 or not lines[0].replace("\t", " ").isprintable() or _MARKER.search(lines[0]):
         return None
     return _clean(lines[0])
+
+
+def equation_value(text: str) -> str:
+    """A bare equation line reduced to its value: ``"6 + 6 = 12"`` -> ``"12"`` (the text after the last ``=``);
+    any other text as it is (a marked answer, several lines, a line without ``=``). For envs whose answer is a
+    value, opted into with ``equation_answers=True``: a small model restates the problem before the value, and
+    format 5 reads the whole line as the answer. Linear, and never raises on a ``str``."""
+    if not isinstance(text, str) or _marked(text) is not None:
+        return text
+    line = _bare(text)
+    return line.rsplit("=", 1)[1].strip() if line is not None and "=" in line else text
 
 
 def strip_math_delimiters(text: str) -> str:

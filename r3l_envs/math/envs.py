@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from r3l_envs.core import TextEnv
+from r3l_envs.math.answers import equation_value
 from r3l_envs.math.sources import (
     ChampSource,
     CountdownSource,
@@ -48,6 +49,8 @@ class MathEnv(TextEnv):
     Args:
         source: where the problems come from and how replies are graded.
         max_attempts: replies graded per episode (default 3).
+        equation_answers: also read a bare equation line ``lhs = value`` as ``value``
+            (:func:`~r3l_envs.math.answers.equation_value`; for answers that are values, not Countdown's expressions).
         grading_timeout: hard limit in seconds on grading one reply (math-verify runs in a subprocess).
         render_mode: ``"ansi"``, ``"human"`` or ``None``.
     """
@@ -61,6 +64,7 @@ class MathEnv(TextEnv):
         source: TaskSource,
         *,
         max_attempts: int = 3,
+        equation_answers: bool = False,
         grading_timeout: float = 5.0,
         render_mode: str | None = None,
     ):
@@ -71,6 +75,7 @@ class MathEnv(TextEnv):
             raise ValueError(f"grading_timeout must be > 0 seconds, got {grading_timeout}")
         self.source = source
         self.max_attempts = int(max_attempts)
+        self.equation_answers = bool(equation_answers)
         self.grading_timeout = float(grading_timeout)
         self._task: MathTask | None = None
         self._attempts = 0
@@ -110,7 +115,8 @@ class MathEnv(TextEnv):
 
     def _act(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         assert self._task is not None
-        outcome = self.source.grade(self._task, action, self.grading_timeout)
+        reply = equation_value(action) if self.equation_answers else action
+        outcome = self.source.grade(self._task, reply, self.grading_timeout)
         self._attempts += 1
         self._correct, self._grading = outcome.correct, outcome.status
         if outcome.correct:
@@ -167,6 +173,8 @@ class CountdownEnv(MathEnv):
         max_number: int = 100,
         **kwargs: Any,
     ):
+        if kwargs.get("equation_answers"):
+            raise ValueError("Countdown's answer is an expression: equation_answers would grade '... = 24' as '24'")
         super().__init__(CountdownSource(split, num_tasks, num_numbers, max_number), **kwargs)
 
 

@@ -103,3 +103,22 @@ def test_helpers():
     assert strip_math_delimiters("$$x$$") == "x"
     assert strip_math_delimiters(r"\(y\)") == "y"
     assert strip_math_delimiters("$") == "$"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("6 + 6 = 12", "12"),
+        ("1 + 8 = 1 + 8 = 9", "9"),
+        ("x = 5.", "5"),  # the line is cleaned as format 5 cleans it (a trailing full stop goes)
+        ("6 + 6 = 12 So, the final answer is 12.", "6 + 6 = 12 So, the final answer is 12."),  # marked: as it is
+        ("5 + 8 = 13 So the", "13 So the"),  # the value is what follows the last '=', sentence and all: wrong
+        ("6 + 6 =\n12", "6 + 6 =\n12"),  # two lines: no bare answer, left as it is
+        ("12", "12"),
+        ("a = ", ""),
+    ],
+)
+def test_equation_value_takes_what_follows_the_last_equals_sign(text, expected):
+    from r3l_envs.math.answers import equation_value
+
+    assert equation_value(text) == expected

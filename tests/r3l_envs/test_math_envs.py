@@ -211,3 +211,17 @@ def test_malformed_file_names_file_and_place(env_id, name, content, where, tmp_p
         gym.make(env_id, data_path=str(tmp_path))
     assert str(tmp_path / name) in str(caught.value) and where in str(caught.value)
     assert "expected" in str(caught.value)
+
+
+def test_equation_answers_are_read_only_when_asked_for():
+    """``equation_answers=True``: the restated sum a small model writes ('6 + 6 = 12') is graded by its value."""
+    kwargs = {"dataset": "chain_sum", "dataset_config": {"min_terms": 2, "max_terms": 2}, "max_attempts": 2}
+    for equations, won in ((False, False), (True, True)):
+        with gym.make("r3l/ReasoningGym-v0", split="test", equation_answers=equations, **kwargs) as env:
+            env.reset(seed=0)
+            question = env.unwrapped.current_task.problem.rsplit(":", 1)[-1].strip().rstrip("=").strip()
+            gold = env.unwrapped.reference_answer()
+            _, reward, terminated, _, info = env.step(f"{question} = {gold}")
+            assert (reward == 1.0, terminated, info["won"]) == (won, won, won), (question, gold)
+    with pytest.raises(ValueError, match="expression"):
+        gym.make("r3l/Countdown-v0", equation_answers=True)
