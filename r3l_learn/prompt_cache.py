@@ -67,10 +67,10 @@ class PromptCache:
         self.computed_tokens += len(prompt) - start
         ids = torch.tensor([prompt[start:]], device=_device(model))
         out = model(input_ids=ids, **with_cache(model, past), use_cache=True, logits_to_keep=1)
-        first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+        cache, first = returned_cache(out), torch.log_softmax(out.logits[0, -1].float(), dim=-1)
         if self.max_bytes:
-            self._store(prompt, returned_cache(out), first)
-        return returned_cache(out), first
+            self._store(prompt, cache, first)
+        return cache, first
 
     def clear(self) -> None:
         """Forget every cached prompt."""

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .grid import METHODS, Method, Mode, Run, reference
+from .grid import METHODS, Method, Mode, Run, reference, run_name
 from .rundir import CARRY_FREE, MEMORY_ONLY, attempts, finished, metrics, same_run, state
 from .stats import mean_ci, paired, ratio, verdict
 
@@ -24,8 +24,20 @@ SPEED_SUMS = (
 )
 
 #: the TrainConfig fields the grid varies per cell (the page lists them per env and method, and the rest once)
-VARYING = ("env", "env_kwargs", "algo", "ablations", "reflector", "max_turns", "max_new_tokens", "actions")
-VARYING += ("temperature",)  # the training temperature, where an env sets its own
+VARYING = (
+    *("env", "env_kwargs", "algo", "ablations", "reflector", "max_turns", "max_new_tokens", "actions"),
+    "temperature",  # the training temperature, where an env sets its own
+)
+
+
+def summary_name(summary: dict[str, Any]) -> str:
+    """The run name (:func:`grid.run_name`) of a run summary."""
+    return run_name(summary["env"], summary["method"], summary["seed"])
+
+
+def carried_names(summaries: Sequence[dict[str, Any]]) -> set[str]:
+    """The names of the run summaries carried over from a committed report (:func:`carried_over`)."""
+    return {summary_name(s) for s in summaries if s["carried"]}
 
 
 def _num(value: Any) -> float | None:
@@ -110,7 +122,7 @@ def carried_over(runs: Sequence[Run], saved: dict[str, Any] | None) -> dict[str,
     if not saved:
         return {}
     configs, machine = saved.get("configs", {}), saved.get("machine", {}).get("cpu_kind")
-    summaries = {f"{s['env']}/{s['method']}/seed{s['seed']}": s for s in saved.get("runs", [])}
+    summaries = {summary_name(s): s for s in saved.get("runs", [])}
     from r3l_learn.train import TrainConfig
 
     defaults, out = TrainConfig().to_dict(), {}
@@ -281,7 +293,7 @@ def train_config(agg: dict[str, Any], saved: dict[str, Any] | None = None) -> di
     for r in agg["runs"]:
         path = Path(r["run_dir"]) / "config.json"
         if not r["carried"] and r["finished"] and path.is_file():
-            here.append((f"{r['env']}/{r['method']}/seed{r['seed']}", json.loads(path.read_text())))
+            here.append((summary_name(r), json.loads(path.read_text())))
     earlier = (saved or {}).get("train_config")
     if here:
         shared = {k: v for k, v in here[0][1].items() if k not in VARYING}
@@ -292,7 +304,7 @@ def train_config(agg: dict[str, Any], saved: dict[str, Any] | None = None) -> di
         return None
     if len({r.get("autocast") for r in agg["runs"] if r["finished"]}) > 1:
         shared["autocast"] = "<per machine>"  # the page lists the machines and their autocast
-    carried = {f"{r['env']}/{r['method']}/seed{r['seed']}" for r in agg["runs"] if r["carried"]}
+    carried = carried_names(agg["runs"])
     overrides = [o for o in (earlier or {}).get("memory_overrides", []) if o["run"] in carried]
     for name, config in here:
         diff = {k: config[k] for k in sorted(MEMORY_ONLY) if k in config and config[k] != shared.get(k)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,27 @@ class EnvSetting:
     def from_dict(cls, data: dict[str, Any]) -> EnvSetting:
         """The setting ``dataclasses.asdict`` wrote (as in a saved ``learning.json``)."""
         return cls(**data)
+
+
+# Sums of two one-digit terms, with room to finish the sentence and sampled at the held-out temperature.
+# 12 tokens cut SmolLM2's usual reply ("5 + 8 = 13 So the final answer is 13.") before the answer the grader
+# reads; 32 fit it. At the paper's sampling temperature 1.0 SmolLM2 solved 0 of 64 training sums (2-3 terms:
+# 1 of 64), so no group had a success to learn from; at 0.7 5 of 64, 0.55 9, 0.4 13 (2-3 terms at 0.4: 0.125
+# and 0.078 of the held-out sums of seeds 0 and 1). What is left to learn: to say the answer once, and right.
+_SUMS_2TERM = EnvSetting(
+    "r3l/ReasoningGym-v0",
+    {
+        "dataset": "chain_sum",
+        "dataset_config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+        "max_attempts": 2,
+    },
+    "direct",
+    2,
+    32,
+    "arithmetic, 2 attempts with feedback",
+    "generated reasoning-gym chain_sum questions (2 one-digit terms)",
+    temperature=0.4,
+)
 
 
 ENVS: dict[str, EnvSetting] = {
@@ -77,42 +98,14 @@ ENVS: dict[str, EnvSetting] = {
         "arithmetic, 2 attempts with feedback",
         "generated reasoning-gym chain_sum questions (2-3 one-digit terms)",
     ),
-    # Sums of two one-digit terms, with room to finish the sentence and sampled at the held-out temperature.
-    # 12 tokens cut SmolLM2's usual reply ("5 + 8 = 13 So the final answer is 13.") before the answer the grader
-    # reads; 32 fit it. At the paper's sampling temperature 1.0 SmolLM2 solved 0 of 64 training sums (2-3 terms:
-    # 1 of 64), so no group had a success to learn from; at 0.7 5 of 64, 0.55 9, 0.4 13 (2-3 terms at 0.4: 0.125
-    # and 0.078 of the held-out sums of seeds 0 and 1). What is left to learn: to say the answer once, and right.
-    "chainsum-2term": EnvSetting(
-        "r3l/ReasoningGym-v0",
-        {
-            "dataset": "chain_sum",
-            "dataset_config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
-            "max_attempts": 2,
-        },
-        "direct",
-        2,
-        32,
-        "arithmetic, 2 attempts with feedback",
-        "generated reasoning-gym chain_sum questions (2 one-digit terms)",
-        temperature=0.4,
-    ),
+    "chainsum-2term": _SUMS_2TERM,  # see its definition above
     # The same, with the restated sum graded by its value ("6 + 6 = 12" answers 12: equation_answers): the form the
     # group-baseline methods shortened SmolLM2's replies to on chainsum-2term, which its grader does not read.
     # Held-out start at seed 0: 12 of 64 (10 without).
-    "chainsum-2term-eq": EnvSetting(
-        "r3l/ReasoningGym-v0",
-        {
-            "dataset": "chain_sum",
-            "dataset_config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
-            "max_attempts": 2,
-            "equation_answers": True,
-        },
-        "direct",
-        2,
-        32,
-        "arithmetic, 2 attempts with feedback, equations graded by their value",
-        "generated reasoning-gym chain_sum questions (2 one-digit terms)",
-        temperature=0.4,
+    "chainsum-2term-eq": replace(
+        _SUMS_2TERM,
+        kwargs={**_SUMS_2TERM.kwargs, "equation_answers": True},
+        kind="arithmetic, 2 attempts with feedback, equations graded by their value",
     ),
     # Clicks are chosen among the page's links; on the search page the policy fills search[<query>]'s slot.
     # A purchase needs search, product, Buy Now at least. SmolLM2 bought nothing in 8 sampled episodes of 6 turns.
@@ -320,6 +313,11 @@ MODES: dict[str, Mode] = {
 }
 
 
+def run_name(env_key: str, method_key: str, seed: int) -> str:
+    """``env/method/seedN``: a cell's key in the report's ``configs``, its summaries and the sweep log."""
+    return f"{env_key}/{method_key}/seed{seed}"
+
+
 @dataclass(frozen=True)
 class Run:
     """One cell of the grid: where it lives and the TrainConfig fields it runs with."""
@@ -334,7 +332,7 @@ class Run:
     @property
     def name(self) -> str:
         """``env/method/seedN``: the cell's key in the report's ``configs`` and in the sweep log."""
-        return f"{self.env_key}/{self.method_key}/seed{self.seed}"
+        return run_name(self.env_key, self.method_key, self.seed)
 
 
 def run_config(

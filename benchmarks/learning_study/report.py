@@ -13,7 +13,7 @@ from typing import Any
 
 import _report  # benchmarks/_report.py: machine facts, and the one writer of RESULTS.md sections
 
-from .aggregate import aggregate, train_config
+from .aggregate import aggregate, carried_names, train_config
 from .discussion import discussion
 from .grid import ENVS, METHODS, EnvSetting, Method, Mode, Run
 from .page import render
@@ -53,7 +53,7 @@ def write_report(
     machine = _report.machine()
     agg = aggregate(mode, runs, methods, saved=saved, machine=machine.get("cpu_kind"))
     plots = plot_curves(mode, agg, plots_dir, methods)
-    carried = {f"{r['env']}/{r['method']}/seed{r['seed']}" for r in agg["runs"] if r["carried"]}
+    carried = carried_names(agg["runs"])
     earlier = list((saved or {}).get("invocations", []))
     data = {
         "mode": dataclasses.asdict(mode),
