@@ -261,7 +261,7 @@ def aggregate(
     for env in mode.envs:
         for method in (m for m in mode.methods if mode.runs_on(m, env)):
             have = set(cells[f"{method}|{env}"]["seeds"])
-            lacking = [s for s in mode.seeds if s not in have]
+            lacking = [s for s in mode.seeds_of(env) if s not in have]
             stale = [r["seed"] for r in per_run if r["env"] == env and r["method"] == method and r["stale"]]
             if lacking:
                 missing.append({"env": env, "method": method, "seeds": lacking, "stale": stale})
@@ -269,7 +269,7 @@ def aggregate(
     # training should agree (a check of the harness, not a result).
     before_agree = {}
     for env in mode.envs:
-        for seed in mode.seeds:
+        for seed in mode.seeds_of(env):
             vals: dict[Any, set[tuple[float, float]]] = {}  # per autocast: bf16 and fp32 evals may differ
             for s in per_run:
                 if s["env"] == env and s["seed"] == seed and s["finished"] and s["before"] and not s["before_shared"]:

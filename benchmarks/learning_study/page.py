@@ -61,7 +61,8 @@ def render(data: dict[str, Any], *, page_dir: Path) -> str:
 
 def _heading(data: dict[str, Any], mode: Mode, history: Sequence[dict[str, Any]]) -> list[str]:
     cells = data["cells"]
-    total = sum(mode.runs_on(m, e) for m in mode.methods for e in mode.envs) * len(mode.seeds)
+    total = sum(mode.runs_on(m, e) * len(mode.seeds_of(e)) for m in mode.methods for e in mode.envs)
+    more = "".join(f"; {e}: seeds {', '.join(map(str, s))}" for e, s in mode.env_seeds.items() if e in mode.envs)
     done = sum(len(c["seeds"]) for c in cells.values())
     per_seed = mode.steps * mode.tasks_per_step * mode.group_size
     return [
@@ -80,7 +81,7 @@ def _heading(data: dict[str, Any], mode: Mode, history: Sequence[dict[str, Any]]
         f"(R³L: N/2 = {mode.group_size // 2} base(s) per task, their retries, topped up with bases); lr {mode.lr:g}; "
         f"held out: {mode.eval_episodes} episodes of the test split at temperature 0.4, the same episodes for every "
         "method of a seed (so the eval before training, when a run did not make it itself, is that of the first "
-        f"method of the same env and seed). Seeds {', '.join(map(str, mode.seeds))}. "
+        f"method of the same env and seed). Seeds {', '.join(map(str, mode.seeds))}{more}. "
         f"**{done} of {total} runs finished.**",
         "",
         "Cells: mean over seeds ± half-width of the 95 % t-interval (n = finished seeds; one seed has no interval; "

@@ -108,8 +108,9 @@ def test_every_mode_builds_valid_configs(tmp_path):
 
     for mode in grid.MODES.values():
         runs = grid.build_grid(mode, tmp_path)
-        cells = sum(mode.runs_on(m, e) for m in mode.methods for e in mode.envs)
-        assert len(runs) == cells * len(mode.seeds) and len({r.run_dir for r in runs}) == len(runs)
+        cells = sum(mode.runs_on(m, e) * len(mode.seeds_of(e)) for m in mode.methods for e in mode.envs)
+        assert len(runs) == cells and len({r.run_dir for r in runs}) == len(runs)
+        assert {(r.env_key, r.seed) for r in runs} == {(e, s) for e in mode.envs for s in mode.seeds_of(e)}
         assert [r.method_key for r in runs[:2]] == ["r3l-oracle", "grpo"]  # the comparison runs first
         for run in runs:
             TrainConfig(**run.config)
