@@ -62,7 +62,9 @@ def sequence_logprobs(
     wanted = attention_mask.bool().clone() if positions is None else positions.bool() & attention_mask.bool()
     wanted[:, 0] = False  # the first token has no context
     decoder, head, softcap = _parts(model)
-    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    # use_cache=False: scoring needs no KV cache (building one costs memory, and under activation checkpointing
+    # transformers warns and turns it off itself)
+    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
     rows, cols = wanted.nonzero(as_tuple=True)
     states = hidden[rows, cols - 1]  # the state *before* each wanted token predicts it
     targets = input_ids[rows, cols]

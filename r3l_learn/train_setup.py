@@ -53,6 +53,16 @@ class TaskStream:
         return out
 
 
+def enable_checkpointing(model: Any) -> None:
+    """Recompute activations in the backward pass. transformers 5.24 renamed the call (the old name warns and goes
+    in v6); the pin reaches back to 5.16, which has only the old one."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def load_train_policy(config: TrainConfig) -> Any:
     """The policy to train: ``config.model`` loaded, with LoRA adapters and gradient checkpointing if asked."""
     policy = load_policy(config.model, dtype=config.dtype, device=config.device, seed=config.seed)
@@ -66,7 +76,7 @@ def load_train_policy(config: TrainConfig) -> Any:
         )
         policy.model = get_peft_model(policy.model, lora)
     if config.gradient_checkpointing:
-        policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_checkpointing(policy.model)
         if config.lora_rank:
             policy.model.enable_input_require_grads()
     return policy

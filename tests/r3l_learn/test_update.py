@@ -135,6 +135,24 @@ def test_chunked_logprobs_match_full_logits_values_and_gradients():
         torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-6)
 
 
+def test_activation_checkpointing_keeps_the_gradients_and_warns_nothing(groups, recwarn):
+    from r3l_learn.train_setup import enable_checkpointing
+
+    rows = rows_from_groups(groups, resolve_algorithm("r3l"))[:4]
+    results = []
+    for checkpointing in (False, True):
+        model, tokenizer = tiny_model(seed=5)
+        if checkpointing:
+            enable_checkpointing(model)
+            assert model.is_activation_checkpointing
+        model.train()
+        accumulate_gradients(model, rows, LossConfig(), micro_batch_size=4, pad_id=tokenizer.pad_token_id)
+        results.append(_grads(model))
+    for name, grad in results[0].items():
+        torch.testing.assert_close(results[1][name], grad, rtol=1e-4, atol=1e-6)
+    assert not [str(w.message) for w in recwarn if "checkpointing" in str(w.message)]
+
+
 def test_tiny_model_overfits_a_fixed_group():
     """A group of two successes and two failures: R³L pushes the successes up until the loss has fallen by
     more than 80% (a learner that cannot overfit one group cannot learn anything)."""
