@@ -267,7 +267,8 @@ MODES: dict[str, Mode] = {
         "8 steps of 2 tasks × 4 trajectories (64 per run), 64 held-out episodes before, after 4 steps and after 8, "
         f"3 seeds, lr 1e-4; autocast {CPU_AUTOCAST} (bf16 only where the CPU has it); every method on TextWorld, "
         "R³L, GRPO, OPMD and RAFT on short sums (chain_sum: 2-3 terms in 12-token replies; 2 terms in 32-token "
-        "replies sampled at T = 0.4, and the same with equations graded by their value, over 10 seeds)",
+        "replies sampled at T = 0.4, and the same with equations graded by their value, over 10 seeds and with two R³L "
+        "ablations)",
         envs=("textworld", "chainsum", "chainsum-2term", "chainsum-2term-eq"),
         methods=(
             REFERENCE,
@@ -296,6 +297,8 @@ MODES: dict[str, Mode] = {
         method_envs={
             **{m: ("textworld",) for m in ALL_METHODS if m not in (REFERENCE, *BASELINES)},
             **{m: ("chainsum-2term",) for m in ("grpo-no-kl", "grpo-lr2e-5", "r3l-lr2e-5")},
+            # which of R³L's parts carries its gain on the sums: the retries, or the wins' weight α
+            **{m: ("textworld", "chainsum-2term-eq") for m in ("r3l-no-reflect-retry", "r3l-no-amplification")},
         },
         # Where R³L and GRPO differ most and 3 seeds did not resolve it (R³L − GRPO +0.26, 95 % CI −0.36..+0.88).
         env_seeds={"chainsum-2term-eq": tuple(range(10))},
