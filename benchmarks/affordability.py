@@ -7,7 +7,7 @@ summed over every thread of the process, so a loaded machine slows the wall cloc
 their tasks from the first ``steps × tasks-per-step`` of the train split, each started once beforehand (TextWorld
 compiles a game into its cache the first time), and the first step of each run is left out (first allocations).
 
-Run: ``python benchmarks/affordability.py [--steps 3] [--tasks-per-step 2] [--variants before cache lora]``.
+Run: ``python benchmarks/affordability.py [--steps 3] [--tasks-per-step 2] [--variants before cache shared lora]``.
 Writes the ``affordability`` section of ``benchmarks/RESULTS.md`` and ``benchmarks/results/affordability.json``.
 """
 
@@ -32,11 +32,20 @@ from learning_study.grid import CPU_AUTOCAST, ENVS
 VARIANTS: dict[str, tuple[str, list[str], list[str]]] = {
     "before": (
         "full fine-tuning, title banner, every turn scored from scratch",
-        ["--prompt-cache-mb", "0"],
+        ["--prompt-cache-mb", "0", "--shared-prefix-min", "0"],
         ["banner=True"],
     ),
-    "compact": ("+ no title banner in the first observation (now the default)", ["--prompt-cache-mb", "0"], []),
-    "cache": ("+ the prompt KV cache: across turns, and a batch's common prefix once (now the default)", [], []),
+    "compact": (
+        "+ no title banner in the first observation (now the default)",
+        ["--prompt-cache-mb", "0", "--shared-prefix-min", "0"],
+        [],
+    ),
+    "cache": (
+        "+ the prompt KV cache: across turns, and a batch's common prefix once (now the default)",
+        ["--shared-prefix-min", "0"],
+        [],
+    ),
+    "shared": ("+ the update runs a micro-batch's common prefix once (now the default)", [], []),
     "lora": ("+ LoRA r=16 instead of full fine-tuning", ["--lora-rank", "16"], []),
 }
 

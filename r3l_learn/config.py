@@ -25,13 +25,13 @@ logger = logging.getLogger(__name__)
 #: config fields that may change between a run and its resumption (everything else must match)
 RESUMABLE_CHANGES = frozenset(
     {"steps", "eval_every", "eval_episodes", "eval_before", "progress", "checkpoint_every", "save_final"}
-    | {"prompt_cache_mb", "micro_batch_size"}  # memory only: scores change by float rounding, the loss not at all
+    | {"prompt_cache_mb", "micro_batch_size", "shared_prefix_min"}  # speed and memory only: float rounding at most
     | {"ray", "ray_workers", "ray_cpus", "ray_memory_mb"}  # where envs run never changes what they return
 )
 
 #: fields added with a default that differs from what runs saved before them did: the value those runs ran with
 #: (a saved config without the field is read with it, so resuming such a run at the new default is refused)
-FORMER_BEHAVIOUR: dict[str, Any] = {"aux_mean": "separate", "aux_reflection": "always"}
+FORMER_BEHAVIOUR: dict[str, Any] = {"aux_mean": "separate", "aux_reflection": "always", "shared_prefix_min": 0}
 
 #: how the agent's replies are made (``TrainConfig.actions``, ``r3l eval --actions``)
 ACTION_MODES = ("free", "constrained", "direct")
@@ -169,6 +169,9 @@ class TrainConfig:
     lora_rank: int = _f(0, "> 0: train LoRA adapters of this rank instead of every weight (needs peft)")
     lora_alpha: float = _f(16.0, "LoRA scaling numerator")
     logprob_chunk: int = _f(1024, "LM-head positions per chunk")
+    shared_prefix_min: int = _f(
+        32, "the update runs a micro-batch's common prefix once when it is at least this many tokens; 0: never"
+    )
     prompt_cache_mb: int = _f(
         2048, "KV memory kept to score a multi-turn episode's turn on its previous prompt's cache (hf); 0: off"
     )
@@ -225,7 +228,7 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
         nonnegative = ("eval_every", "eval_episodes", "checkpoint_every", "lora_rank", "keep_checkpoints")
-        for name in (*nonnegative, "prompt_cache_mb"):
+        for name in (*nonnegative, "prompt_cache_mb", "shared_prefix_min"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.lr > 0:

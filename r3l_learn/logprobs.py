@@ -5,6 +5,11 @@ three copies (logits, log-softmax, its gradient): that, not the 135M parameters,
 machine's memory (FACTS.md). So the decoder runs once, and the LM head + log-softmax run in chunks of
 positions, each under activation checkpointing: the backward pass recomputes one chunk's logits at a time.
 Only the positions the loss reads (``positions``) are computed at all.
+
+Rows that begin alike (a group's trajectories share the system prompt and the task's first observation; a retry
+shares its base's turns up to the pivot) run their common prefix once: its hidden states and KV cache are
+computed for one row and broadcast, and each row runs only its own rest on top. Autograd sums the rows' gradients
+through the broadcast, so values and gradients equal the unshared pass up to float rounding.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
+
+from r3l_learn.prompt_cache import cache_keyword, returned_cache
 
 __all__ = ["sequence_logprobs"]
 
@@ -41,6 +48,7 @@ def sequence_logprobs(
     *,
     positions: torch.Tensor | None = None,
     chunk_size: int = 1024,
+    min_shared_prefix: int = 32,
 ) -> torch.Tensor:
     """``out[b, t] = log π(input_ids[b, t] | input_ids[b, :t])`` for ``t >= 1`` (``out[:, 0]`` is 0).
 
@@ -52,6 +60,8 @@ def sequence_logprobs(
             first); other entries of the result are 0 and carry no gradient.
         chunk_size: positions per LM-head chunk; peak logits memory is ``chunk_size × vocab × 4`` bytes (×2
             in the backward pass).
+        min_shared_prefix: run the rows' common prefix once when it is at least this long (0: never). Not under
+            activation checkpointing, which turns the KV cache off.
 
     Differentiable when grad is enabled; the logits of a chunk are recomputed in the backward pass.
     """
@@ -62,9 +72,13 @@ def sequence_logprobs(
     wanted = attention_mask.bool().clone() if positions is None else positions.bool() & attention_mask.bool()
     wanted[:, 0] = False  # the first token has no context
     decoder, head, softcap = _parts(model)
-    # use_cache=False: scoring needs no KV cache (building one costs memory, and under activation checkpointing
-    # transformers warns and turns it off itself)
-    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    shared = shared_prefix(input_ids, attention_mask) if min_shared_prefix > 0 else 0
+    if shared and shared >= min_shared_prefix and not getattr(decoder, "gradient_checkpointing", False):
+        hidden = _hidden_on_shared_prefix(decoder, input_ids, attention_mask, shared)
+    else:
+        # use_cache=False: no KV cache is needed (building one costs memory, and under activation checkpointing
+        # transformers warns and turns it off itself)
+        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
     rows, cols = wanted.nonzero(as_tuple=True)
     states = hidden[rows, cols - 1]  # the state *before* each wanted token predicts it
     targets = input_ids[rows, cols]
@@ -78,3 +92,33 @@ def sequence_logprobs(
     values = torch.cat(pieces) if pieces else hidden.new_zeros(0, dtype=torch.float32)
     out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     return out.index_put((rows, cols), values)
+
+
+def shared_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """How many leading tokens every row of a right-padded batch has in common, less one token of the shortest
+    row (every row must keep a token of its own to run); 0 for a single row."""
+    if input_ids.shape[0] < 2:
+        return 0
+    same = (input_ids == input_ids[:1]).all(0) & attention_mask.bool().all(0)
+    common = int(same.long().cumprod(0).sum())
+    return max(0, min(common, int(attention_mask.sum(1).min()) - 1))
+
+
+def _hidden_on_shared_prefix(
+    decoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, shared: int
+) -> torch.Tensor:
+    """The decoder's last hidden states, the first ``shared`` tokens run for one row only."""
+    rows, length = input_ids.shape
+    name = cache_keyword(decoder)
+    head = decoder(input_ids=input_ids[:1, :shared], use_cache=True)
+    cache = returned_cache(head)
+    cache.batch_repeat_interleave(rows)  # differentiable: the rows' gradients add up in the one prefix
+    positions = torch.arange(shared, length, device=input_ids.device).expand(rows, -1)
+    tail = decoder(
+        input_ids=input_ids[:, shared:],
+        attention_mask=attention_mask,
+        position_ids=positions,
+        use_cache=True,
+        **{name: cache},
+    )
+    return torch.cat([head.last_hidden_state.expand(rows, -1, -1), tail.last_hidden_state], dim=1)

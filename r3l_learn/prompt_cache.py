@@ -112,8 +112,14 @@ def with_cache(model: Any, cache: Any) -> dict[str, Any]:
     forward names it (transformers ≥ 5.2x; ``past_key_values`` is deprecated there and goes in 5.40), else
     ``past_key_values``. Read off the signature, never guessed: a name the forward does not declare would vanish
     into ``**kwargs`` and the model would silently run without the cache."""
+    return {cache_keyword(model): cache}
+
+
+def cache_keyword(model: Any) -> str:
+    """``"cache"`` or ``"past_key_values"``: the name ``model``'s forward (a causal LM or its decoder) gives the
+    KV cache (see :func:`with_cache`)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a LoRA-wrapped model forwards
-    return {_cache_name(type(base)): cache}
+    return _cache_name(type(base))
 
 
 @functools.cache

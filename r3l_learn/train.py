@@ -179,6 +179,7 @@ def _build(config: TrainConfig) -> _Run:
         aux_mean=config.aux_mean,
         kl_estimator=config.kl_estimator,
         chunk_size=config.logprob_chunk,
+        min_shared_prefix=config.shared_prefix_min,
         **kl,
     )
     autocast = torch.bfloat16 if resolve_autocast(config.autocast, config.device) == "bf16" else None

@@ -130,7 +130,13 @@ def reference_fn(config: TrainConfig, model: Any, needed: bool) -> Any:
     @torch.no_grad()
     def ref_logprobs(batch: Batch) -> torch.Tensor:
         with model.disable_adapter() if config.lora_rank else contextlib.nullcontext():
-            return sequence_logprobs(ref, batch.input_ids, batch.attention_mask, positions=batch.loss_mask > 0)
+            return sequence_logprobs(
+                ref,
+                batch.input_ids,
+                batch.attention_mask,
+                positions=batch.loss_mask > 0,
+                min_shared_prefix=config.shared_prefix_min,
+            )
 
     return ref_logprobs
 

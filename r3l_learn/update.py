@@ -71,6 +71,7 @@ class LossConfig:
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     chunk_size: int = 1024  # LM-head positions per chunk (see r3l_learn.logprobs)
+    min_shared_prefix: int = 32  # a micro-batch's common prefix runs once from this length (0: never)
 
     def __post_init__(self) -> None:
         declared = OBJECTIVES.spec(self.objective).hyper  # an unknown objective fails here, naming the known
@@ -158,7 +159,12 @@ def batch_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss contribution of one micro-batch (already normalised by the whole batch's totals)."""
     logp = sequence_logprobs(
-        model, batch.input_ids, batch.attention_mask, positions=batch.loss_mask > 0, chunk_size=config.chunk_size
+        model,
+        batch.input_ids,
+        batch.attention_mask,
+        positions=batch.loss_mask > 0,
+        chunk_size=config.chunk_size,
+        min_shared_prefix=config.min_shared_prefix,
     )
     policy, aux = ~batch.aux, batch.aux
     props = config.properties

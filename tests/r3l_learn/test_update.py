@@ -135,6 +135,43 @@ def test_chunked_logprobs_match_full_logits_values_and_gradients():
         torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-6)
 
 
+def test_rows_run_their_common_prefix_once_with_the_same_values_and_gradients():
+    from r3l_learn.logprobs import shared_prefix
+
+    model, _ = tiny_model(seed=6)
+    prefix = list(range(3, 43))  # 40 tokens every row begins with
+    tails = [[50, 51, 52, 53, 2], [60, 61, 2], [50, 51, 70, 71, 72, 73, 2]]
+    width = len(prefix) + max(map(len, tails))
+    ids = torch.zeros(3, width, dtype=torch.long)
+    attn = torch.zeros(3, width, dtype=torch.long)
+    for row, tail in enumerate(tails):
+        seq = prefix + tail
+        ids[row, : len(seq)], attn[row, : len(seq)] = torch.tensor(seq), 1
+    wanted = attn.bool().clone()
+    wanted[:, :10] = False  # the loss need not read the prefix; some of it is read here all the same
+    assert shared_prefix(ids, attn) == 40
+    results = []
+    for min_shared in (32, 0):
+        model.zero_grad()
+        logp = sequence_logprobs(model, ids, attn, positions=wanted, min_shared_prefix=min_shared)
+        (logp * torch.arange(width) / width).sum().backward()  # weights by position: a misalignment shows
+        results.append((logp, _grads(model)))
+    (shared, grads_shared), (full, grads_full) = results
+    torch.testing.assert_close(shared, full, rtol=1e-5, atol=1e-5)
+    for name, grad in grads_full.items():
+        torch.testing.assert_close(grads_shared[name], grad, rtol=1e-4, atol=1e-6)
+
+
+def test_shared_prefix_keeps_a_token_per_row_and_ignores_padding():
+    from r3l_learn.logprobs import shared_prefix
+
+    ids = torch.tensor([[1, 2, 3, 4], [1, 2, 3, 0], [1, 2, 3, 0]])
+    assert shared_prefix(ids, torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 0]])) == 2  # 3 is a row's last
+    assert shared_prefix(ids, torch.tensor([[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]])) == 3  # the pad id differs
+    assert shared_prefix(ids[:1], torch.ones(1, 4, dtype=torch.long)) == 0
+    assert shared_prefix(torch.tensor([[1, 2], [5, 2]]), torch.ones(2, 2, dtype=torch.long)) == 0
+
+
 def test_activation_checkpointing_keeps_the_gradients_and_warns_nothing(groups, recwarn):
     from r3l_learn.train_setup import enable_checkpointing
 
