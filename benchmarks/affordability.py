@@ -45,7 +45,11 @@ VARIANTS: dict[str, tuple[str, list[str], list[str]]] = {
         ["--shared-prefix-min", "0"],
         [],
     ),
-    "shared": ("+ the update runs a micro-batch's common prefix once (now the default)", [], []),
+    "shared": (
+        "+ the update runs a micro-batch's common prefix once and stops at its last trained token (now the default)",
+        [],
+        [],
+    ),
     "lora": ("+ LoRA r=16 instead of full fine-tuning", ["--lora-rank", "16"], []),
 }
 

@@ -72,13 +72,17 @@ def sequence_logprobs(
     wanted = attention_mask.bool().clone() if positions is None else positions.bool() & attention_mask.bool()
     wanted[:, 0] = False  # the first token has no context
     decoder, head, softcap = _parts(model)
-    shared = shared_prefix(input_ids, attention_mask) if min_shared_prefix > 0 else 0
+    # Attention is causal: the tokens from the last wanted one on (an episode's final observation) change no
+    # wanted log-prob, so the decoder stops before it.
+    end = max(1, int(wanted.any(0).nonzero().max())) if wanted.any() else 1
+    ids, mask = input_ids[:, :end], attention_mask[:, :end]
+    shared = shared_prefix(ids, mask) if min_shared_prefix > 0 else 0
     if shared and shared >= min_shared_prefix and not getattr(decoder, "gradient_checkpointing", False):
-        hidden = _hidden_on_shared_prefix(decoder, input_ids, attention_mask, shared)
+        hidden = _hidden_on_shared_prefix(decoder, ids, mask, shared)
     else:
         # use_cache=False: no KV cache is needed (building one costs memory, and under activation checkpointing
         # transformers warns and turns it off itself)
-        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
     rows, cols = wanted.nonzero(as_tuple=True)
     states = hidden[rows, cols - 1]  # the state *before* each wanted token predicts it
     targets = input_ids[rows, cols]

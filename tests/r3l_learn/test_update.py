@@ -135,6 +135,24 @@ def test_chunked_logprobs_match_full_logits_values_and_gradients():
         torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-6)
 
 
+def test_tokens_after_the_last_wanted_one_change_nothing():
+    model, _ = tiny_model(seed=4)
+    ids = torch.tensor([[1, 5, 6, 7, 8, 9, 2], [1, 15, 16, 17, 2, 0, 0]])
+    attn = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
+    wanted = torch.tensor([[0, 1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 0, 0, 0]]).bool()  # the decoder runs 3 tokens
+    lengths = []
+    hook = model.get_decoder().register_forward_pre_hook(
+        lambda module, args, kwargs: lengths.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
+    with torch.no_grad():
+        part = sequence_logprobs(model, ids, attn, positions=wanted)
+        whole = sequence_logprobs(model, ids, attn)
+    hook.remove()
+    assert lengths == [3, 6]  # up to the last wanted token (exclusive); the last token predicts nothing
+    torch.testing.assert_close(part, whole * wanted, rtol=1e-5, atol=1e-6)
+    assert (part[~wanted] == 0).all() and (part[wanted] < 0).all()
+
+
 def test_rows_run_their_common_prefix_once_with_the_same_values_and_gradients():
     from r3l_learn.logprobs import shared_prefix
 
