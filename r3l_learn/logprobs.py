@@ -8,8 +8,8 @@ Only the positions the loss reads (``positions``) are computed at all.
 
 A batch's rows that all begin alike (a group's trajectories share the system prompt and the task's first
 observation; a retry shares its base's turns up to the pivot) run their common prefix once: its hidden states and
-KV cache are computed for one row and broadcast, and each row runs only its own rest on top. Autograd sums the rows' gradients
-through the broadcast, so values and gradients equal the unshared pass up to float rounding.
+KV cache are computed for one row and broadcast, and each row runs only its own rest on top. Autograd sums the
+rows' gradients through the broadcast, so values and gradients equal the unshared pass up to float rounding.
 """
 
 from __future__ import annotations

@@ -54,8 +54,8 @@ class TaskStream:
 
 
 def enable_checkpointing(model: Any) -> None:
-    """Recompute activations in the backward pass. transformers 5.24 renamed the call (the old name warns and goes
-    in v6); the pin reaches back to 5.16, which has only the old one."""
+    """Recompute activations in the backward pass. transformers renamed the call (in 5.24 the old name warns and
+    goes in v6); the older releases the pin allows have only the old name."""
     kwargs = {"use_reentrant": False}
     if hasattr(model, "activation_checkpointing_enable"):
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
