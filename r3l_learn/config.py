@@ -15,6 +15,7 @@ from typing import Any, Literal
 from r3l_learn.algorithms import ABLATIONS, ALGORITHMS, Algorithm, hyperparameter_help, resolve_algorithm
 from r3l_learn.cli_args import env_id_problem, parse_kwargs
 from r3l_learn.evaluate import BACKENDS
+from r3l_learn.logprobs import MIN_SHARED_PREFIX
 from r3l_learn.losses import AGGREGATIONS, AUX_MEANS, KL_ESTIMATORS
 from r3l_learn.models import DEFAULT_MODEL
 
@@ -170,7 +171,7 @@ class TrainConfig:
     lora_alpha: float = _f(16.0, "LoRA scaling numerator")
     logprob_chunk: int = _f(1024, "LM-head positions per chunk")
     shared_prefix_min: int = _f(
-        32, "the update runs a micro-batch's common prefix once when it is at least this many tokens; 0: never"
+        MIN_SHARED_PREFIX, "the update runs a micro-batch's common prefix once from this many tokens; 0: never"
     )
     prompt_cache_mb: int = _f(
         2048, "KV memory kept to score a multi-turn episode's turn on its previous prompt's cache (hf); 0: off"

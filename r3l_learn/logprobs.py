@@ -21,7 +21,10 @@ from torch.utils.checkpoint import checkpoint
 
 from r3l_learn.prompt_cache import cache_keyword, returned_cache
 
-__all__ = ["sequence_logprobs"]
+__all__ = ["MIN_SHARED_PREFIX", "sequence_logprobs"]
+
+#: the default shortest common prefix worth running once (a group's system prompt alone is longer)
+MIN_SHARED_PREFIX = 32
 
 
 def _parts(model: Any) -> tuple[Any, Any, float | None]:
@@ -48,7 +51,7 @@ def sequence_logprobs(
     *,
     positions: torch.Tensor | None = None,
     chunk_size: int = 1024,
-    min_shared_prefix: int = 32,
+    min_shared_prefix: int = MIN_SHARED_PREFIX,
 ) -> torch.Tensor:
     """``out[b, t] = log π(input_ids[b, t] | input_ids[b, :t])`` for ``t >= 1`` (``out[:, 0]`` is 0).
 
@@ -77,7 +80,7 @@ def sequence_logprobs(
     end = max(1, int(wanted.any(0).nonzero().max())) if wanted.any() else 1
     ids, mask = input_ids[:, :end], attention_mask[:, :end]
     shared = shared_prefix(ids, mask) if min_shared_prefix > 0 else 0
-    if shared and shared >= min_shared_prefix and not getattr(decoder, "gradient_checkpointing", False):
+    if 0 < min_shared_prefix <= shared and not getattr(decoder, "gradient_checkpointing", False):
         hidden = _hidden_on_shared_prefix(decoder, ids, mask, shared)
     else:
         # use_cache=False: no KV cache is needed (building one costs memory, and under activation checkpointing

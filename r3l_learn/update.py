@@ -33,7 +33,7 @@ import torch
 
 from r3l_learn.algorithms import ALGORITHMS, Algorithm
 from r3l_learn.batch import Batch, Row, collate, micro_batches
-from r3l_learn.logprobs import sequence_logprobs
+from r3l_learn.logprobs import MIN_SHARED_PREFIX, sequence_logprobs
 from r3l_learn.losses import (
     AGGREGATIONS,
     AUX_MEANS,
@@ -71,7 +71,7 @@ class LossConfig:
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     chunk_size: int = 1024  # LM-head positions per chunk (see r3l_learn.logprobs)
-    min_shared_prefix: int = 32  # a micro-batch's common prefix runs once from this length (0: never)
+    min_shared_prefix: int = MIN_SHARED_PREFIX  # a micro-batch's common prefix runs once from this length (0: never)
 
     def __post_init__(self) -> None:
         declared = OBJECTIVES.spec(self.objective).hyper  # an unknown objective fails here, naming the known
