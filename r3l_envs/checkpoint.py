@@ -1,49 +1,57 @@
 """Exact checkpoint/restore through the whole ``gym.make`` wrapper stack.
 
 ``checkpoint(env)`` captures the base env (natively, or as a verified action log) *and* the state of every
-wrapper around it (``TimeLimit``'s elapsed steps, ``OrderEnforcing``'s reset flag, ...). ``restore(env, ckpt)``
-validates everything first — env id, kwargs, wrapper stack, task, versions, integrity — and only then
-changes the env, so a checkpoint that does not belong raises a typed error and leaves the env untouched.
+wrapper around it (``TimeLimit``'s elapsed steps, ``RecordEpisodeStatistics``' running episode, ...).
+``restore(env, ckpt)`` validates everything first — env id, kwargs, wrapper stack, task, versions, integrity — and
+only then changes the env, so a checkpoint that does not belong raises a typed error and leaves the env untouched.
 
 Checkpoint bytes never execute what they hold: the fields and the saved state are tagged plain data
-(:mod:`r3l_envs.codec`), so bytes from another machine or from a stranger decode to data or raise
-:class:`~r3l_envs.errors.CorruptCheckpointError`. ``to_bytes()`` writes ``R3LCKPT\0``, the format version
-(2 bytes) and a sha256 of the version and the body, then the body: a flipped or missing byte is refused. The
-digest has no key: it catches damage, not forgery, and a forged body is only ever plain data that restore
-checks for shape before it touches the env. Format 1 (a pickle) is read only with ``trusted=True``.
+(:mod:`r3l_envs.codec`), decoded within bounds, so bytes from another machine or from a stranger decode to data or
+raise :class:`~r3l_envs.errors.CorruptCheckpointError`. ``to_bytes()`` writes a magic header, the format version
+(2 bytes), a 32-byte tag over the version and the body, then the body. Without a key the tag is a sha256: it
+catches damage, not forgery, since anyone can recompute it over a body they wrote. With a key (``key=`` or the
+``R3L_CHECKPOINT_KEY`` environment variable) the tag is an HMAC-SHA256 under that key and the header says so; a
+reader with the key refuses any body whose HMAC does not verify, so only holders of the key can produce bytes it
+accepts. Format 1 (a pickle) is read only with ``trusted=True``.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
+import hmac
+import os
 import pickle
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker, TimeLimit
+from gymnasium.wrappers import TimeLimit
 
 from r3l_envs import codec
 from r3l_envs._version import __version__
 from r3l_envs.core import RestoreKind, TextEnv, _Episode
 from r3l_envs.errors import (
+    CheckpointAuthError,
     CheckpointMismatchError,
     CheckpointVersionError,
     CorruptCheckpointError,
     R3LEnvError,
-    UnsupportedWrapperError,
 )
+from r3l_envs.wrapper_state import register_wrapper_state, state_handler
 
-__all__ = ["FORMAT_VERSION", "Checkpoint", "checkpoint", "register_wrapper_state", "restore"]
+__all__ = ["FORMAT_VERSION", "KEY_VARIABLE", "Checkpoint", "checkpoint", "register_wrapper_state", "restore"]
 
 #: Version of the byte layout written by :meth:`Checkpoint.to_bytes`. Readers refuse newer formats.
 FORMAT_VERSION = 2
 _PICKLE_FORMAT = 1  # the format before this one: a pickle, read only when the caller vouches for the bytes
 _MAGIC = b"R3LCKPT\x00"
+_KEYED_MAGIC = b"R3LCKPTK"  # the same frame, tagged with an HMAC-SHA256 instead of a sha256
+#: The environment variable holding the checkpoint key when ``key=`` is not given (its UTF-8 bytes).
+KEY_VARIABLE = "R3L_CHECKPOINT_KEY"
+_MIN_KEY_BYTES = 16
 _HEADER = struct.Struct(">H32s")  # format version, sha256 of the version and the body
 _VERSION = struct.Struct(">H")
 _RESTORE_KINDS = ("native", "replay")
@@ -76,46 +84,81 @@ class Checkpoint:
     #: refuses a payload that no longer matches it (altered after capture).
     digest: str
 
-    def to_bytes(self) -> bytes:
-        """Serialise as plain data behind a magic header, the format version and an integrity digest."""
+    def to_bytes(self, *, key: bytes | str | None = None) -> bytes:
+        """Serialise as plain data behind a magic header, the format version and an integrity tag.
+
+        Args:
+            key: with a key (default: ``R3L_CHECKPOINT_KEY`` if set), the tag is an HMAC-SHA256 under it, and
+                only a reader holding the same key accepts the bytes. Without one, a sha256 that catches damage.
+        """
+        key = _resolve_key(key)
         fields = {**self.__dict__, "format_version": FORMAT_VERSION}
         body = codec.encode(fields)
         version = _VERSION.pack(FORMAT_VERSION)
-        return _MAGIC + version + hashlib.sha256(version + body).digest() + body
+        if key is None:
+            return _MAGIC + version + hashlib.sha256(version + body).digest() + body
+        return _KEYED_MAGIC + version + hmac.digest(key, version + body, "sha256") + body
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, trusted: bool = False) -> Checkpoint:
-        """Inverse of :meth:`to_bytes`. Never executes anything the bytes hold.
+    def from_bytes(
+        cls, data: bytes, *, trusted: bool = False, key: bytes | str | None = None, max_bytes: int | None = None
+    ) -> Checkpoint:
+        """Inverse of :meth:`to_bytes`. Never executes anything the bytes hold, and reads them within bounds.
 
         Args:
             data: bytes from :meth:`to_bytes`.
             trusted: also read format 1, which was a pickle: only for bytes you wrote yourself, since
                 unpickling can run any code. The checkpoint comes back in the current, safe format.
+            key: the key the bytes were written with (default: ``R3L_CHECKPOINT_KEY`` if set). With a key, only
+                bytes carrying a valid HMAC under it are read; the tag is checked before anything is decoded.
+            max_bytes: refuse larger input unread (default :func:`r3l_envs.codec.default_max_bytes`, 256 MiB,
+                or ``R3L_CHECKPOINT_MAX_BYTES``).
 
         Raises:
-            CorruptCheckpointError: not checkpoint bytes, truncated, altered, or not a checkpoint's fields.
+            CheckpointAuthError: a key was given and the bytes have no valid HMAC under it, or the bytes are keyed
+                and no key was given.
+            CorruptCheckpointError: not checkpoint bytes, over the size ceiling, truncated, altered, or not a
+                checkpoint's fields.
             CheckpointVersionError: a newer format, or format 1 without ``trusted=True``.
         """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise CorruptCheckpointError(f"expected bytes from Checkpoint.to_bytes(), got {type(data).__name__}")
+        codec.check_size(len(data), max_bytes)
         data = bytes(data)
+        key = _resolve_key(key)
         start = len(_MAGIC) + _HEADER.size
-        if not data.startswith(_MAGIC) or len(data) < start:
+        keyed = data.startswith(_KEYED_MAGIC)
+        if not (keyed or data.startswith(_MAGIC)) or len(data) < start:
             raise CorruptCheckpointError("these bytes are not an r3l checkpoint (bad magic header or truncated)")
-        version, digest = _HEADER.unpack_from(data, len(_MAGIC))
+        version, tag = _HEADER.unpack_from(data, len(_MAGIC))
         body = data[start:]
+        signed = data[len(_MAGIC) : len(_MAGIC) + _VERSION.size] + body
+        if key is not None:  # first of all: bytes the key holder did not write are not read any further
+            if not keyed:
+                raise CheckpointAuthError(
+                    "checkpoint has no HMAC, and a checkpoint key is set: refused (write it with the same key, "
+                    f"to_bytes(key=...) or {KEY_VARIABLE})"
+                )
+            if not hmac.compare_digest(hmac.digest(key, signed, "sha256"), tag):
+                raise CheckpointAuthError(
+                    "checkpoint HMAC does not verify under this key: written with another key, or altered"
+                )
+        elif keyed:
+            raise CheckpointAuthError(
+                f"checkpoint is keyed (HMAC-SHA256): pass the key it was written with, key=... or {KEY_VARIABLE}"
+            )
         if version > FORMAT_VERSION:
             raise CheckpointVersionError(
                 f"checkpoint format {version} is newer than this library reads ({FORMAT_VERSION}); "
                 "upgrade r3l to the version that wrote it"
             )
-        if version == _PICKLE_FORMAT:
-            return cls._from_pickle_format(body, digest, trusted=trusted)
+        if version == _PICKLE_FORMAT and not keyed:
+            return cls._from_pickle_format(body, tag, trusted=trusted)
         if version != FORMAT_VERSION:
             raise CorruptCheckpointError(f"checkpoint format {version} does not exist (bytes altered?)")
-        if hashlib.sha256(data[len(_MAGIC) : len(_MAGIC) + _VERSION.size] + body).digest() != digest:
+        if not keyed and hashlib.sha256(signed).digest() != tag:
             raise CorruptCheckpointError("checkpoint digest mismatch: the bytes were truncated or altered")
-        return cls(**_checked_fields(codec.decode(body)))
+        return cls(**_checked_fields(codec.decode(body, max_bytes=max_bytes)))
 
     @classmethod
     def _from_pickle_format(cls, body: bytes, digest: bytes, *, trusted: bool) -> Checkpoint:
@@ -138,6 +181,27 @@ class Checkpoint:
         return cls(
             **_checked_fields({**fields, "payload": payload, "format_version": FORMAT_VERSION, "digest": digest_hex})
         )
+
+
+def _resolve_key(key: bytes | str | None) -> bytes | None:
+    """``key`` as bytes, else the ``R3L_CHECKPOINT_KEY`` environment variable's, else None (no key)."""
+    if key is None:
+        key = os.environ.get(KEY_VARIABLE) or None
+        source = KEY_VARIABLE
+    else:
+        source = "key"
+    if key is None:
+        return None
+    if isinstance(key, str):
+        key = key.encode("utf-8")
+    if not isinstance(key, (bytes, bytearray)):
+        raise TypeError(f"a checkpoint key is bytes or str, not {type(key).__name__}")
+    if len(key) < _MIN_KEY_BYTES:
+        raise ValueError(
+            f"{source} has {len(key)} bytes; a checkpoint key needs at least {_MIN_KEY_BYTES} random bytes, e.g. "
+            "python -c 'import secrets; print(secrets.token_hex(32))'"
+        )
+    return bytes(key)
 
 
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -183,60 +247,12 @@ def _check_payload_digest(payload: Any, digest: Any) -> None:
 
 
 # ---------------------------------------------------------------------- wrapper state
-_StateGetter = Callable[[gym.Wrapper], Any]
-_StateSetter = Callable[[gym.Wrapper, Any], None]
-_WRAPPER_STATE: dict[type, tuple[_StateGetter, _StateSetter]] = {}
-
-
-def register_wrapper_state(wrapper_type: type, get_state: _StateGetter, set_state: _StateSetter) -> None:
-    """Teach checkpoint/restore how to save a wrapper's state (for wrappers you cannot edit).
-
-    Your own wrappers can instead define ``checkpoint_state(self)`` and ``restore_state(self, state)``.
-    """
-    _WRAPPER_STATE[wrapper_type] = (get_state, set_state)
-
-
-def _attributes(*names: str) -> tuple[_StateGetter, _StateSetter]:
-    """A handler that saves and restores the named instance attributes (those the wrapper has)."""
-
-    def get_state(wrapper: gym.Wrapper) -> dict[str, Any]:
-        return {name: copy.deepcopy(getattr(wrapper, name)) for name in names if hasattr(wrapper, name)}
-
-    def set_state(wrapper: gym.Wrapper, state: dict[str, Any]) -> None:
-        for name, value in state.items():
-            setattr(wrapper, name, copy.deepcopy(value))
-
-    return get_state, set_state
-
-
-register_wrapper_state(TimeLimit, *_attributes("_elapsed_steps"))
-register_wrapper_state(OrderEnforcing, *_attributes("_has_reset"))
-# Its one-off checks compare a step with the data of the reset before it, so its flags travel too.
-register_wrapper_state(
-    PassiveEnvChecker,
-    *_attributes("checked_reset", "checked_step", "checked_render", "checked_data_reuse", "_previous_data"),
-)
-
-
 def _wrapper_chain(env: gym.Env) -> list[gym.Wrapper]:
     chain = []
     while isinstance(env, gym.Wrapper):
         chain.append(env)
         env = env.env
     return chain
-
-
-def _handler(wrapper: gym.Wrapper) -> tuple[_StateGetter, _StateSetter]:
-    if hasattr(wrapper, "checkpoint_state") and hasattr(wrapper, "restore_state"):
-        return type(wrapper).checkpoint_state, type(wrapper).restore_state
-    for cls in type(wrapper).__mro__:
-        if cls in _WRAPPER_STATE:
-            return _WRAPPER_STATE[cls]
-    raise UnsupportedWrapperError(
-        f"cannot checkpoint through {type(wrapper).__qualname__}: its state is unknown. Give it "
-        "checkpoint_state()/restore_state(state) methods, or call r3l_envs.register_wrapper_state("
-        f"{type(wrapper).__qualname__}, get_state, set_state) (with a getter returning None if it is stateless)."
-    )
 
 
 def _signature(wrapper: gym.Wrapper) -> str:
@@ -262,7 +278,7 @@ def checkpoint(env: gym.Env) -> Checkpoint:
     """Snapshot ``env`` (as returned by ``gym.make``, wrappers included) at the current step."""
     env_id, kwargs = _identity(env)
     chain = _wrapper_chain(env)
-    handlers = [_handler(w) for w in chain]
+    handlers = [state_handler(w) for w in chain]
     base: TextEnv = env.unwrapped
     state = {
         "env": base._checkpoint_state(),
@@ -326,7 +342,7 @@ def restore(env: gym.Env, ckpt: Checkpoint, *, via: RestoreKind | None = None) -
         raise CheckpointMismatchError(
             f"wrapper stack differs: checkpoint has {list(ckpt.wrappers)}, env has {list(signatures)}"
         )
-    handlers = [_handler(w) for w in chain]
+    handlers = [state_handler(w) for w in chain]
     base: TextEnv = env.unwrapped
     if ckpt.task_id not in base.task_ids:
         raise CheckpointMismatchError(
@@ -340,17 +356,24 @@ def restore(env: gym.Env, ckpt: Checkpoint, *, via: RestoreKind | None = None) -
         raise CheckpointMismatchError(f"{type(base).__name__} restores by replay only; pass via='replay'")
     _check_payload_digest(ckpt.payload, ckpt.digest)
     state = _checked_state(codec.decode(ckpt.payload), ckpt, len(chain))
-    try:
+    previous = [get_state(w) for w, (get_state, _) in zip(chain, handlers)]
+    try:  # wrappers first, since their states are only checked as they are set: a refusal is undone
+        _set_wrapper_states(chain, handlers, state["wrappers"])
         base._restore_state(state["env"], via=via)
     except R3LEnvError:
+        _set_wrapper_states(chain, handlers, previous)
         raise
     except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+        _set_wrapper_states(chain, handlers, previous)
         base._episode = None  # half-loaded engine state: never continue from it
         raise CorruptCheckpointError(
             f"checkpoint state does not fit {type(base).__name__} ({type(exc).__name__}: {exc}); the env's episode "
             "was dropped: reset it, or restore a checkpoint it wrote"
         ) from exc
-    for wrapper, (_, set_state), wrapper_state in zip(chain, handlers, state["wrappers"]):
+
+
+def _set_wrapper_states(chain: list[gym.Wrapper], handlers: list, states: list[Any]) -> None:
+    for wrapper, (_, set_state), wrapper_state in zip(chain, handlers, states):
         set_state(wrapper, wrapper_state)
 
 

@@ -15,12 +15,19 @@ start, end]`` an array, ``["g", dtype, start, end]`` a numpy scalar, ``["o", nam
 registered record. Decoding builds only these types: it never imports a module or calls a constructor other
 than a registered type's, and any malformed input raises :class:`~r3l_envs.errors.CorruptCheckpointError`.
 Encoding is deterministic (sets are written sorted), so equal states give equal bytes.
+
+Decoding is bounded, so that small bytes cannot become a large state: the input must fit a ceiling
+(:func:`default_max_bytes`), containers nest at most :data:`MAX_DEPTH` deep, and every byte of the blob is referenced
+exactly once, as the encoder writes it. A body that points many references at the same bytes (which would copy
+them once per reference: a "decompression bomb") is refused before anything is copied, so the bytes a decode
+allocates for blobs never exceed its input.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import struct
 from typing import Any, TypeVar
@@ -29,10 +36,24 @@ import numpy as np
 
 from r3l_envs.errors import CorruptCheckpointError, UnencodableStateError
 
-__all__ = ["decode", "encode", "register_type"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "MAX_BYTES_VARIABLE",
+    "MAX_DEPTH",
+    "check_size",
+    "decode",
+    "default_max_bytes",
+    "encode",
+    "register_type",
+]
 
 #: Deepest container nesting either direction accepts (checkpoint states nest fewer than ten levels).
 MAX_DEPTH = 64
+#: Largest encoded state :func:`decode` reads by default: 256 MiB, about a hundred times the largest native
+#: state our envs write. The structure's JSON decodes to at most a few dozen times its size in Python objects.
+DEFAULT_MAX_BYTES = 256 * 2**20
+#: The environment variable that overrides :data:`DEFAULT_MAX_BYTES` (a number of bytes).
+MAX_BYTES_VARIABLE = "R3L_CHECKPOINT_MAX_BYTES"
 _MAX_NDIM = 32
 _LENGTH = struct.Struct(">I")  # bytes of JSON before the blob
 _SCALARS = frozenset({str, int, float, bool, type(None)})  # what JSON carries as itself
@@ -131,8 +152,39 @@ def _check_dtype(dtype: np.dtype) -> None:
 
 
 # ---------------------------------------------------------------------- decode
-def decode(data: bytes) -> Any:
-    """Inverse of :func:`encode`; raises :class:`CorruptCheckpointError` for any bytes it did not write."""
+def default_max_bytes() -> int:
+    """The ceiling on encoded bytes that :func:`decode` reads when not given one: ``R3L_CHECKPOINT_MAX_BYTES``
+    if set, else :data:`DEFAULT_MAX_BYTES`."""
+    text = os.environ.get(MAX_BYTES_VARIABLE)
+    if text is None:
+        return DEFAULT_MAX_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise ValueError(f"{MAX_BYTES_VARIABLE}={text!r} is not a positive number of bytes")
+    return value
+
+
+def check_size(size: int, max_bytes: int | None, what: str = "checkpoint") -> None:
+    """Refuse ``size`` bytes over ``max_bytes`` (default :func:`default_max_bytes`) before reading them."""
+    limit = default_max_bytes() if max_bytes is None else max_bytes
+    if size > limit:
+        raise CorruptCheckpointError(
+            f"{what} is {size:,} bytes, over the ceiling of {limit:,} bytes; if you trust its source, raise the "
+            f"ceiling with max_bytes= or the {MAX_BYTES_VARIABLE} environment variable"
+        )
+
+
+def decode(data: bytes, *, max_bytes: int | None = None) -> Any:
+    """Inverse of :func:`encode`; raises :class:`CorruptCheckpointError` for any bytes it did not write.
+
+    Args:
+        data: bytes from :func:`encode`.
+        max_bytes: the most bytes to read (default :func:`default_max_bytes`); larger input is refused unread.
+    """
+    check_size(len(data), max_bytes, "checkpoint state")
     data = bytes(data)
     if len(data) < _LENGTH.size:
         raise CorruptCheckpointError("checkpoint state is truncated (no length)")
@@ -142,14 +194,52 @@ def decode(data: bytes) -> Any:
         raise CorruptCheckpointError(f"checkpoint state is truncated: {length} bytes of structure announced")
     try:
         tree = json.loads(data[_LENGTH.size : end].decode("utf-8", "surrogatepass"))
-        return _value(tree, memoryview(data)[end:], 0)
+        blob = _Blob(memoryview(data)[end:])
+        value = _value(tree, blob, 0)
+        blob.check_all_taken()
+        return value
     except CorruptCheckpointError:
         raise
     except (ValueError, TypeError, IndexError, KeyError, RecursionError) as exc:  # JSON, UTF-8, shapes
         raise CorruptCheckpointError(f"checkpoint state does not decode: {type(exc).__name__}: {exc}") from exc
 
 
-def _value(tree: Any, blob: memoryview, depth: int) -> Any:
+class _Blob:
+    """The raw bytes after the structure, handed out range by range: each byte at most once.
+
+    The encoder writes every bytes object and array once, so the ranges of a body it wrote tile the blob. Counting
+    what has been handed out refuses overlapping or repeated ranges before they are copied, which bounds what
+    decoding allocates by the input's size.
+    """
+
+    __slots__ = ("taken", "view")
+
+    def __init__(self, view: memoryview):
+        self.view = view
+        self.taken = 0
+
+    def take(self, start: Any, end: Any) -> memoryview:
+        if not (type(start) is int and type(end) is int and 0 <= start <= end <= len(self.view)):
+            raise CorruptCheckpointError(
+                f"checkpoint blob range {start!r:.20}:{end!r:.20} is outside {len(self.view)} bytes"
+            )
+        self.taken += end - start
+        if self.taken > len(self.view):
+            raise CorruptCheckpointError(
+                "checkpoint state refers to the same blob bytes more than once (the encoder writes each once): "
+                "refused, since decoding would copy them once per reference"
+            )
+        return self.view[start:end]
+
+    def check_all_taken(self) -> None:
+        if self.taken != len(self.view):
+            raise CorruptCheckpointError(
+                f"checkpoint state refers to {self.taken} of its {len(self.view)} blob bytes (the encoder refers to "
+                "each once)"
+            )
+
+
+def _value(tree: Any, blob: _Blob, depth: int) -> Any:
     kind = type(tree)
     if kind is dict:
         if depth > MAX_DEPTH:
@@ -172,7 +262,7 @@ def _value(tree: Any, blob: memoryview, depth: int) -> Any:
         return dict(zip(items[::2], items[1::2]))  # an unhashable key raises TypeError: corrupt
     if tag == "b":
         _, start, end = tree
-        return bytes(_slice(blob, start, end))
+        return bytes(blob.take(start, end))
     if tag == "e" or tag == "E":
         items = [_value(v, blob, depth) for v in tree[1:]]
         return set(items) if tag == "e" else frozenset(items)
@@ -183,24 +273,18 @@ def _value(tree: Any, blob: memoryview, depth: int) -> Any:
         dtype = _dtype(dtype)
         if not (type(shape) is list and len(shape) <= _MAX_NDIM and all(type(n) is int and n >= 0 for n in shape)):
             raise CorruptCheckpointError(f"checkpoint array has a bad shape {shape!r:.80}")
-        data = _slice(blob, start, end)
+        data = blob.take(start, end)
         if len(data) != int(np.prod(shape, dtype=object)) * dtype.itemsize:
             raise CorruptCheckpointError(f"checkpoint array of shape {shape} has {len(data)} bytes")
         return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
     if tag == "g":
         _, dtype, start, end = tree
         dtype = _dtype(dtype)
-        data = _slice(blob, start, end)
+        data = blob.take(start, end)
         if len(data) != dtype.itemsize:
             raise CorruptCheckpointError(f"checkpoint numpy scalar has {len(data)} bytes for {dtype}")
         return np.frombuffer(data, dtype=dtype)[0]
     raise CorruptCheckpointError(f"checkpoint state has an unknown tag {tag!r:.40}")
-
-
-def _slice(blob: memoryview, start: Any, end: Any) -> memoryview:
-    if not (type(start) is int and type(end) is int and 0 <= start <= end <= len(blob)):
-        raise CorruptCheckpointError(f"checkpoint blob range {start!r:.20}:{end!r:.20} is outside {len(blob)} bytes")
-    return blob[start:end]
 
 
 def _dtype(text: Any) -> np.dtype:
@@ -209,7 +293,7 @@ def _dtype(text: Any) -> np.dtype:
     return np.dtype(text)
 
 
-def _record(tree: list, blob: memoryview, depth: int) -> Any:
+def _record(tree: list, blob: _Blob, depth: int) -> Any:
     _, name, values = tree
     if type(name) is not str or name not in _BY_NAME:
         raise CorruptCheckpointError(

@@ -7,6 +7,7 @@ family without catching programming errors. Messages say what went wrong *and* h
 from __future__ import annotations
 
 __all__ = [
+    "CheckpointAuthError",
     "CheckpointError",
     "CheckpointMismatchError",
     "CheckpointVersionError",
@@ -78,6 +79,11 @@ class CheckpointVersionError(CheckpointError):
 class CorruptCheckpointError(CheckpointError, ValueError):
     """The bytes are not a checkpoint, are truncated, fail their digest, or decode to something that is not
     the state of a checkpoint. Decoding never runs code from the bytes (see :mod:`r3l_envs.codec`)."""
+
+
+class CheckpointAuthError(CorruptCheckpointError):
+    """A checkpoint failed its keyed check: its HMAC does not verify under the key given, it has none although a
+    key was given, or it has one and no key was given to verify it (see :meth:`r3l_envs.Checkpoint.from_bytes`)."""
 
 
 class UnencodableStateError(CheckpointError, TypeError):
