@@ -37,6 +37,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from r3l_envs.checkpoint import Checkpoint
+from r3l_envs.errors import CheckpointError
+from wrappers.jsonl import MAX_DEPTH, MAX_LINE_BYTES, DataFormatError, check_record, parse_record, read_lines
+from wrappers.safe_text import quote
 
 __all__ = [
     "FORMAT_VERSION",
@@ -61,10 +64,6 @@ FORMAT_VERSION = 2
 
 #: What ``Turn.logprob_context`` may say: the context the turn's log-probs were generated under.
 LOGPROB_CONTEXTS = ("sequence", "guided")
-
-
-class DataFormatError(ValueError):
-    """A record that this version cannot read: not JSON, an unknown type or version, or missing fields."""
 
 
 def new_id(*parts: Any) -> str:
@@ -343,9 +342,11 @@ def _decode_checkpoint(text: str | None) -> Checkpoint | None:
 def _version(data: dict[str, Any]) -> int:
     """A record's format version (1 when it has none), refusing versions newer than this code."""
     version = data.get("version", 1)
-    if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+    if type(version) is not int or not 1 <= version <= FORMAT_VERSION:
+        kind = data.get("type")
+        shown = version if type(version) is int else quote(version)
         raise DataFormatError(
-            f"{data.get('type', 'record')} of format version {version!r}: this r3l reads versions 1 to "
+            f"{kind if kind in _TYPES else 'record'} of format version {shown}: this r3l reads versions 1 to "
             f"{FORMAT_VERSION}; a newer r3l wrote it, upgrade to read it"
         )
     return version
@@ -394,6 +395,8 @@ def _trajectory_from_v1(data: dict[str, Any], traj_id: str) -> dict[str, Any]:
     if any(t.get("prompt_ids") is not None for t in turns):
         agent_mask = list(loss_mask)  # windowed: no pivotal credit applied, the mask was the agent mask
     else:
+        for turn in turns:  # checked before the masks below are sized by them
+            _check_v1_span(turn.get("span"), len(token_ids))
         end = turns[-1]["span"][1] if turns else 0
         token_ids, loss_mask, logprobs = token_ids[:end], loss_mask[:end], logprobs[:end]
         agent_mask = [0] * end
@@ -416,6 +419,62 @@ def _trajectory_from_v1(data: dict[str, Any], traj_id: str) -> dict[str, Any]:
     return {"type": "trajectory", "version": FORMAT_VERSION, **out}
 
 
+def _check_v1_span(span: Any, n: int) -> None:
+    if not (
+        isinstance(span, list) and len(span) == 2 and all(type(v) is int for v in span) and 0 <= span[0] <= span[1] <= n
+    ):
+        raise DataFormatError(f"a format-1 turn's span is {quote(span)}, not [start, end] within its {n} token_ids")
+
+
+def _upgraded(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    """A record of any format version this code reads, as the current version (the same dict if it is one)."""
+    if _version(data) == FORMAT_VERSION:
+        return data
+    try:
+        if kind == "group":
+            return _group_from_v1(data)
+        if kind == "trajectory":
+            return _trajectory_from_v1(data, new_id("v1", _digest(data)))
+        return {**data, "version": FORMAT_VERSION}  # a sample's fields are the same in every version so far
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError) as exc:
+        if isinstance(exc, DataFormatError):
+            raise
+        raise DataFormatError(f"a format-1 {kind} record that cannot be upgraded ({repr(exc)[:200]})") from None
+
+
+def _read_record(text: str, max_depth: int, checkpoints: bool) -> Trajectory | TrajectoryGroup | Sample:
+    """One line's object: parsed, upgraded, checked (:func:`wrappers.jsonl.check_record`), then built."""
+    data = parse_record(text, max_depth)
+    kind = data.get("type") if isinstance(data, dict) else None
+    if kind not in _TYPES:
+        shown = repr(kind) if kind is None or (isinstance(kind, str) and len(kind) <= 60) else quote(kind)
+        raise DataFormatError(f"unknown record type {shown}; expected one of {sorted(_TYPES)}")
+    data = _upgraded(kind, data)
+    check_record(data, max_depth)
+    if not checkpoints:
+        data = _without_checkpoints(data)
+    try:
+        return _TYPES[kind].from_dict(data)
+    except CheckpointError as exc:
+        raise DataFormatError(f"a turn's checkpoint cannot be read ({exc})") from None
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        if isinstance(exc, DataFormatError):
+            raise
+        raise DataFormatError(f"a {kind} record with missing or unknown fields ({repr(exc)[:200]})") from None
+
+
+def _without_checkpoints(data: dict[str, Any]) -> dict[str, Any]:
+    """The record with every turn's checkpoint left out (a new dict; ``data`` is not changed)."""
+
+    def trajectory(traj: dict[str, Any]) -> dict[str, Any]:
+        turns = [{**t, "checkpoint": None} if t.get("checkpoint") is not None else t for t in traj.get("turns", [])]
+        return {**traj, "turns": turns} if "turns" in traj else traj
+
+    if data.get("type") == "group" and "trajectories" in data:
+        return {**data, "trajectories": [trajectory(t) for t in data["trajectories"]]}
+    return trajectory(data) if data.get("type") == "trajectory" else data
+
+
 # ---------------------------------------------------------------------------------------------- files
 def save_jsonl(path: str | os.PathLike[str], items: Iterable[Trajectory | TrajectoryGroup | Sample]) -> int:
     """Write one JSON object per line (atomically: a temp file renamed into place). Returns the count."""
@@ -435,28 +494,34 @@ def save_jsonl(path: str | os.PathLike[str], items: Iterable[Trajectory | Trajec
     return count
 
 
-def load_jsonl(path: str | os.PathLike[str]) -> Iterator[Trajectory | TrajectoryGroup | Sample]:
+def load_jsonl(
+    path: str | os.PathLike[str],
+    *,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    max_depth: int = MAX_DEPTH,
+    checkpoints: bool = True,
+) -> Iterator[Trajectory | TrajectoryGroup | Sample]:
     """Read what :func:`save_jsonl` wrote (this format version or an older one, upgraded), rebuilding each
-    object by its ``type`` field. A line that cannot be read raises :class:`DataFormatError` naming it."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataFormatError(f"{where}: not a JSON record ({exc})") from exc
-            kind = data.get("type") if isinstance(data, dict) else None
-            if kind not in _TYPES:
-                raise DataFormatError(f"{where}: unknown record type {kind!r}; expected one of {sorted(_TYPES)}")
-            try:
-                item = _TYPES[kind].from_dict(data)
-            except DataFormatError as exc:
-                raise DataFormatError(f"{where}: {exc}") from exc
-            except (KeyError, TypeError, ValueError, IndexError) as exc:
-                raise DataFormatError(f"{where}: a {kind} record with missing or unknown fields ({exc!r})") from exc
-            yield item
+    object by its ``type`` field, one line at a time. The file may come from anyone: every record is checked
+    (:func:`wrappers.jsonl.check_record`) before an object is built from it.
+
+    Args:
+        path: the JSONL file.
+        max_line_bytes: the longest line read (:data:`wrappers.jsonl.MAX_LINE_BYTES` by default).
+        max_depth: the deepest nesting a record may have (:data:`wrappers.jsonl.MAX_DEPTH` by default).
+        checkpoints: rebuild the turns' env checkpoints; off, every ``Turn.checkpoint`` is ``None`` and their
+            bytes are never decoded (what a viewer wants).
+
+    Raises:
+        OSError: the file cannot be opened (FileNotFoundError where it does not exist).
+        DataFormatError: at the first line that cannot be read, ``cannot read FILE line N: what``.
+    """
+    for lineno, text in read_lines(path, max_line_bytes):
+        try:
+            item = _read_record(text, max_depth, checkpoints)
+        except DataFormatError as exc:
+            raise DataFormatError(exc.reason, path=path, line=lineno) from None
+        yield item
 
 
 def to_dataset(trajectories: Iterable[Trajectory | TrajectoryGroup]) -> Any:

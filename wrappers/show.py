@@ -5,17 +5,24 @@ reflection and the guidance the retry saw shown), or plain trajectories (``r3l e
 static HTML page (``r3l show file.jsonl --html page.html``, built by :mod:`wrappers.show_html`). Both open with
 :func:`summarize`'s line (groups, retries, how many beat their base, mean pivot). Long turns are cut to
 ``max_lines`` lines in the terminal, and the cut says how many lines it hid; the HTML page shows everything.
+
+A file may come from anyone. Reading it checks every record before it is shown (:func:`wrappers.load_jsonl`);
+every text either view shows passes through :func:`wrappers.safe_text.printable` (control characters and
+bidirectional overrides written as visible escapes, never sent raw to a terminal), and wrapping is linear in the
+text's length. Neither view decodes the turns' env checkpoints.
 """
 
 from __future__ import annotations
 
 import os
-import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 from wrappers.data import Trajectory, TrajectoryGroup, Turn, load_jsonl
+from wrappers.jsonl import MAX_DEPTH, MAX_LINE_BYTES
 from wrappers.reflect_retry import beats
+from wrappers.safe_text import printable, wrap
 
 __all__ = [
     "Outcome",
@@ -32,11 +39,19 @@ _COLUMN = 58
 Viewable = TrajectoryGroup | Trajectory
 
 
-def load_viewable(path: str | os.PathLike[str], limit: int | None = None) -> list[Viewable]:
+def load_viewable(
+    path: str | os.PathLike[str],
+    limit: int | None = None,
+    *,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    max_depth: int = MAX_DEPTH,
+) -> list[Viewable]:
     """The groups and trajectories in a JSONL file of :func:`wrappers.save_jsonl` (samples are skipped),
-    at most ``limit`` of them. Raises FileNotFoundError, or ValueError for a line that is not a record."""
+    at most ``limit`` of them, their checkpoints left undecoded. Raises OSError (FileNotFoundError where the file
+    does not exist), or :class:`wrappers.data.DataFormatError` (a ValueError) at the first line that cannot be
+    read, longer than ``max_line_bytes`` or nested deeper than ``max_depth`` (see :func:`wrappers.load_jsonl`)."""
     out: list[Viewable] = []
-    for item in load_jsonl(path):
+    for item in load_jsonl(path, max_line_bytes=max_line_bytes, max_depth=max_depth, checkpoints=False):
         if limit is not None and len(out) >= limit:
             break
         if isinstance(item, (TrajectoryGroup, Trajectory)):
@@ -44,13 +59,14 @@ def load_viewable(path: str | os.PathLike[str], limit: int | None = None) -> lis
     return out
 
 
-def _link(traj: Trajectory, names: tuple[str, ...]) -> object:
-    """The first of ``names`` that ``traj`` carries, as a field or in its metadata (older files lack some)."""
+def _link(traj: Trajectory, names: tuple[str, ...]) -> str | None:
+    """The first of ``names`` that ``traj`` carries as a string, as a field or in its metadata (older files lack
+    some; metadata is free-form, so a value of another type is no link)."""
     for name in names:
         value = getattr(traj, name, None)
         if value is None:
             value = traj.metadata.get(name)
-        if value is not None:
+        if isinstance(value, str):
             return value
     return None
 
@@ -197,13 +213,16 @@ def guidance_seen(retry: Trajectory | None) -> str | None:
 
 
 def _cell(text: str, width: int = _COLUMN, max_lines: int = 6) -> list[str]:
-    lines: list[str] = []
-    for raw in text.splitlines() or [""]:
-        lines += textwrap.wrap(raw, width) or [""]
-    if max_lines and len(lines) > max_lines:
-        hidden = len(lines) - (max_lines - 1)
-        lines = [*lines[: max_lines - 1], f"… ({hidden} more lines; --max-lines 0 shows all)"]
-    return lines
+    """``text`` made printable and wrapped to ``width``; past ``max_lines`` lines (0: no limit) the rest is
+    counted, not kept."""
+    lines = wrap(printable(text), width)
+    if not max_lines:
+        return list(lines)
+    shown = list(islice(lines, max_lines))
+    rest = sum(1 for _ in lines)
+    if rest:
+        shown = [*shown[: max_lines - 1], f"… ({rest + 1} more lines; --max-lines 0 shows all)"]
+    return shown
 
 
 def _block(label: str, text: str, max_lines: int) -> list[str]:
@@ -262,7 +281,8 @@ def _trajectory_text(traj: Trajectory, title: str, max_lines: int) -> list[str]:
 
 def render_text(items: Sequence[Viewable], max_lines: int = 6) -> str:
     """A plain-text view of ``items``: a group shows per base its turns beside its retry's (pivot marked ``▶``),
-    a trajectory its turns; each turn at most ``max_lines`` lines (0: all), with a note of what was cut."""
+    a trajectory its turns; each turn at most ``max_lines`` lines (0: all), with a note of what was cut.
+    Every text from the items is made printable (:func:`wrappers.safe_text.printable`)."""
     out: list[str] = [summarize(items).line(), ""]
     for n, item in enumerate(items, start=1):
         if isinstance(item, TrajectoryGroup):
@@ -270,7 +290,7 @@ def render_text(items: Sequence[Viewable], max_lines: int = 6) -> str:
         else:
             out += _trajectory_text(item, f"trajectory {n}/{len(items)}", max_lines)
         out.append("")
-    return "\n".join(out)
+    return printable("\n".join(out))  # fields shown whole (ids, kinds, a reflection) are escaped here
 
 
 def render_html(

@@ -61,7 +61,7 @@ def test_jsonl_round_trip_is_lossless(tmp_path, trajectory):
 def test_unreadable_records_are_typed_errors_naming_the_line(tmp_path, line, message):
     path = tmp_path / "bad.jsonl"
     path.write_text("\n" + line + "\n")
-    with pytest.raises(DataFormatError, match=r"bad\.jsonl:2: .*" + message.replace("(", r"\(")):
+    with pytest.raises(DataFormatError, match=r"cannot read .*bad\.jsonl line 2: .*" + message.replace("(", r"\(")):
         list(load_jsonl(path))
 
 
