@@ -4,7 +4,9 @@ Each env worker is a Ray actor (:class:`_EnvWorker`) holding the envs of some sl
 inside the actor (envs never travel). Slot ``i`` lives on worker ``i % workers``. Only plain data crosses:
 actions, seeds, task ids, observations, infos, and checkpoints as ``Checkpoint.to_bytes()`` (rebuilt here with
 the verified ``Checkpoint.from_bytes``). Ray's own transport pickles; a Ray cluster is one trust domain (never
-expose its ports), so nothing else is decoded from what a worker sends.
+expose its ports), so nothing else is decoded from what a worker sends. Checkpoints cross under a key made for
+the run (HMAC-SHA256, 32 random bytes handed to each actor at its start): the driver and the actors read only
+checkpoint bytes that one of them wrote in this run.
 
 Faults. For every slot the driver keeps a journal: the slot's last checkpoint (one is always taken after a reset;
 a step or restore with a checkpoint replaces it) and the calls made since. When a worker dies (its process
@@ -24,6 +26,7 @@ import logging
 import math
 import os
 import queue
+import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -86,8 +89,8 @@ def connect(address: str, *, num_cpus: int | None = None) -> bool:
 class _EnvWorker:
     """The env worker (a Ray actor class once :func:`remote_class` wraps it): envs per slot, made on first use."""
 
-    def __init__(self, env_id: str, env_kwargs: dict[str, Any]):
-        self.env_id, self.env_kwargs = env_id, env_kwargs
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any], key: bytes):
+        self.env_id, self.env_kwargs, self.key = env_id, env_kwargs, key
         self.envs: dict[int, Any] = {}
 
     def whoami(self) -> tuple[int, str]:
@@ -107,7 +110,7 @@ class _EnvWorker:
         if rebuild is not None:
             anchor, journal = rebuild
             if anchor is not None:
-                r3l_envs.restore(env, Checkpoint.from_bytes(anchor))
+                r3l_envs.restore(env, Checkpoint.from_bytes(anchor, key=self.key))
             for call in journal:
                 _replay(env, call)
         return env
@@ -123,20 +126,21 @@ class _EnvWorker:
 
         env = self._env(slot, rebuild)
         observation, info = env.reset(seed=seed, options={"task_id": task_id} if task_id is not None else None)
-        return observation, info, r3l_envs.checkpoint(env).to_bytes()  # always: the slot's journal starts here
+        return observation, info, r3l_envs.checkpoint(env).to_bytes(key=self.key)  # always: the journal starts here
 
     def step(self, slot: int, action: str, checkpoint: bool, rebuild: Any = None) -> tuple[Any, ...]:
         import r3l_envs
 
         env = self._env(slot, rebuild)
         observation, reward, terminated, truncated, info = env.step(action)
-        after = r3l_envs.checkpoint(env).to_bytes() if checkpoint and not (terminated or truncated) else None
+        ended = terminated or truncated
+        after = r3l_envs.checkpoint(env).to_bytes(key=self.key) if checkpoint and not ended else None
         return observation, float(reward), bool(terminated), bool(truncated), info, after
 
     def restore(self, slot: int, data: bytes, rebuild: Any = None) -> None:
         import r3l_envs
 
-        r3l_envs.restore(self._env(slot, rebuild), Checkpoint.from_bytes(data))
+        r3l_envs.restore(self._env(slot, rebuild), Checkpoint.from_bytes(data, key=self.key))
 
     def call(self, slot: int, fn: Callable[..., Any], args: tuple[Any, ...], rebuild: Any = None) -> Any:
         return fn(self._env(slot, rebuild), *args)
@@ -245,6 +249,7 @@ class RayCollector:
         if memory is not None:
             self._options["memory"] = memory
         self._shutdown_ray = shutdown_ray
+        self._key = secrets.token_bytes(32)  # this run's checkpoint key (module docstring)
         self._generations = 0
         self._workers: list[_Worker | None] = [None] * workers
         self._slots: dict[int, _Slot] = {}
@@ -279,7 +284,7 @@ class RayCollector:
         def finish(result: tuple[Any, ...]) -> ResetResult:
             observation, info, data = result
             self._slots[slot] = _Slot(anchor=data, generation=self._slots[slot].generation)
-            return ResetResult(observation, info, Checkpoint.from_bytes(data) if checkpoint else None)
+            return ResetResult(observation, info, Checkpoint.from_bytes(data, key=self._key) if checkpoint else None)
 
         what = f"reset of slot {slot} (task {task_id}, seed {seed})"
         return self._submit(slot, "reset", (seed, task_id), what, finish, starts_state=True)
@@ -292,13 +297,13 @@ class RayCollector:
                 state.anchor, state.journal = data, []
             else:
                 state.journal.append(("step", action))
-            after = Checkpoint.from_bytes(data) if data is not None else None
+            after = Checkpoint.from_bytes(data, key=self._key) if data is not None else None
             return StepResult(observation, reward, terminated, truncated, info, after)
 
         return self._submit(slot, "step", (action, checkpoint), f"step {action[:60]!r} on slot {slot}", finish)
 
     def restore(self, slot: int, checkpoint: Checkpoint) -> Future[None]:
-        data = checkpoint.to_bytes()
+        data = checkpoint.to_bytes(key=self._key)
 
         def finish(_: None) -> None:
             state = self._slots[slot]
@@ -475,7 +480,7 @@ class RayCollector:
     def _start(self, w: int) -> _Worker:
         """A new actor, ready (it answered) within ``start_timeout_s``."""
         ray = self._ray
-        handle = remote_class(_EnvWorker).options(**self._options).remote(self.env_id, self.env_kwargs)
+        handle = remote_class(_EnvWorker).options(**self._options).remote(self.env_id, self.env_kwargs, self._key)
         try:
             pid, node = ray.get(handle.whoami.remote(), timeout=self.start_timeout_s)
         except ray.exceptions.GetTimeoutError:

@@ -215,6 +215,25 @@ def test_env_errors_reach_the_caller_as_themselves(local_ray):
         assert remote.replacements == 0
 
 
+def test_checkpoints_cross_under_the_runs_key(local_ray):
+    """What an actor sends is keyed for this run: it restores into a slot, and checkpoint bytes written without the
+    run's key (by anyone else) are refused by the actor and by the driver."""
+    import r3l_envs
+    from r3l_envs.errors import CheckpointAuthError
+
+    with RayCollector("r3l/Countdown-v0", workers=1, num_cpus=0.25) as remote:
+        [reset] = remote.gather([remote.reset(0, seed=0, task_id=None, checkpoint=True)])
+        remote.gather([remote.restore(0, reset.checkpoint)])  # the driver re-keys what it sends
+        with pytest.raises(CheckpointAuthError):
+            remote.gather([remote.reset(0, seed=0, task_id=None, checkpoint=False)])  # warm the actor
+            handle = remote._workers[0].handle
+            ray.get(handle.restore.remote(0, reset.checkpoint.to_bytes()))  # unkeyed bytes, straight to the actor
+        env = gym.make("r3l/Countdown-v0")
+        env.reset(seed=0)
+        with pytest.raises(CheckpointAuthError):
+            r3l_envs.Checkpoint.from_bytes(r3l_envs.checkpoint(env).to_bytes(), key=remote._key)
+
+
 def gone(pid, wait_s=60.0):
     """Whether process ``pid`` has exited (waiting up to ``wait_s``: Ray reaps killed workers asynchronously)."""
     deadline = time.monotonic() + wait_s
