@@ -20,12 +20,13 @@ tokenizers); the ``*_json`` columns and the JSONL file keep them exactly.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Sequence
-from importlib import resources
 from typing import Any, Literal
 
 from wrappers.data import FORMAT_VERSION, Sample, Trajectory, TrajectoryGroup
+from wrappers.jsonl import MAX_DEPTH, DataFormatError, check_record, parse_record, schema
 from wrappers.policy import encodable
 
 __all__ = ["from_hf_dataset", "groups_schema", "to_hf_dataset", "to_rows"]
@@ -94,38 +95,57 @@ def to_hf_dataset(
     return datasets.Dataset.from_list(to_rows(groups, rows=rows, advantages=advantages))
 
 
-def from_hf_dataset(dataset: Iterable[dict[str, Any]]) -> list[Trajectory | Sample]:
+def from_hf_dataset(dataset: Iterable[dict[str, Any]], *, max_depth: int = MAX_DEPTH) -> list[Trajectory | Sample]:
     """The trajectories (or samples) of a dataset (or rows) made by :func:`to_hf_dataset`, in order.
 
-    The kind of object is read from the columns: trajectory rows have ``turns_json``.
+    The kind of object is read from the columns: trajectory rows have ``turns_json``. Each row is checked as a
+    JSONL record is (:func:`wrappers.jsonl.check_record`, its JSON columns nested at most ``max_depth`` levels);
+    a row that fails raises :class:`wrappers.data.DataFormatError` naming it (``row N: what``).
     """
     out: list[Trajectory | Sample] = []
-    for row in dataset:
-        data: dict[str, Any] = {}
-        for key, value in row.items():
-            if key in _ADDED_COLUMNS:
-                continue
-            if key.endswith(_JSON_SUFFIX):
-                data[key[: -len(_JSON_SUFFIX)]] = json.loads(value)
-            elif key == "messages":
-                data[key] = [{k: v for k, v in m.items() if v is not None} for m in value]
-            else:
-                data[key] = value
-        out.append(Trajectory.from_dict(data) if "turns" in data else Sample.from_dict(data))
+    for n, row in enumerate(dataset):
+        try:
+            out.append(_from_row(row, max_depth))
+        except DataFormatError as exc:
+            raise DataFormatError(f"row {n}: {exc.reason}") from None
     return out
+
+
+def _from_row(row: dict[str, Any], max_depth: int) -> Trajectory | Sample:
+    data: dict[str, Any] = {}
+    for key, value in row.items():
+        if key in _ADDED_COLUMNS:
+            continue
+        if key.endswith(_JSON_SUFFIX):
+            if not isinstance(value, str):
+                raise DataFormatError(f"{key}: expected JSON text, got {type(value).__name__}")
+            data[key[: -len(_JSON_SUFFIX)]] = parse_record(value, max_depth)
+        elif key == "messages" and isinstance(value, list):
+            data[key] = [{k: v for k, v in m.items() if v is not None} if isinstance(m, dict) else m for m in value]
+        else:
+            data[key] = value
+    kind = "trajectory" if "turns" in data else "sample"
+    version = data.get("version", FORMAT_VERSION)
+    if version == FORMAT_VERSION and type(version) is int:  # older rows are upgraded by from_dict, then built
+        check_record({**data, "type": kind}, max_depth)
+    try:
+        return Trajectory.from_dict(data) if kind == "trajectory" else Sample.from_dict(data)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        if isinstance(exc, DataFormatError):
+            raise
+        raise DataFormatError(f"a {kind} row with missing or unknown columns ({repr(exc)[:200]})") from None
 
 
 def groups_schema() -> dict[str, Any]:
     """The JSON schema (draft 2020-12) of one record of a groups JSONL file of the current format version
     (:data:`wrappers.data.FORMAT_VERSION`), as shipped in ``wrappers/groups.schema.json``."""
-    text = resources.files("wrappers").joinpath("groups.schema.json").read_text(encoding="utf-8")
-    schema = json.loads(text)
-    if schema.get("x-r3l-format-version") != FORMAT_VERSION:
+    loaded = copy.deepcopy(schema())  # a copy: readers check records against the shared one
+    if loaded.get("x-r3l-format-version") != FORMAT_VERSION:
         raise RuntimeError(
-            f"wrappers/groups.schema.json describes format version {schema.get('x-r3l-format-version')}, but this "
+            f"wrappers/groups.schema.json describes format version {loaded.get('x-r3l-format-version')}, but this "
             f"r3l writes version {FORMAT_VERSION}: update the schema with the data model"
         )
-    return schema
+    return loaded
 
 
 # ---------------------------------------------------------------------------------------------- helpers
