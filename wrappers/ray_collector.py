@@ -145,10 +145,26 @@ class _EnvWorker:
     def call(self, slot: int, fn: Callable[..., Any], args: tuple[Any, ...], rebuild: Any = None) -> Any:
         return fn(self._env(slot, rebuild), *args)
 
+    def batch(self, calls: list[tuple[int, str, tuple[Any, ...], Any]]) -> list[tuple[bool, Any]]:
+        """Run a round's calls for this actor's slots, in order, as one Ray call: ``(True, result)`` or
+        ``(False, the exception the env raised)`` for each, so one failing call does not fail the others."""
+        out: list[tuple[bool, Any]] = []
+        for slot, method, args, rebuild in calls:
+            if method not in _BATCHED_METHODS:
+                raise ValueError(f"{method!r} is not an env call")
+            try:
+                out.append((True, getattr(self, method)(slot, *args, rebuild)))
+            except Exception as exc:  # the env's own error is the call's result, delivered to its caller
+                out.append((False, exc))
+        return out
+
     def close(self) -> None:
         for env in self.envs.values():
             env.close()
         self.envs.clear()
+
+
+_BATCHED_METHODS = frozenset({"profile", "reset", "step", "restore", "call"})
 
 
 def _replay(env: Any, call: tuple[Any, ...]) -> None:
@@ -200,7 +216,8 @@ class _Op:
     finish: Callable[[Any], Any]  # the actor's result -> the call's result (journal updated here)
     starts_state: bool = False  # reset/restore: the slot's earlier state does not matter
     tries: int = 0
-    ref: Any = None
+    ref: Any = None  # the Ray call carrying this op (one per worker per round)
+    index: int = 0  # this op's place in that call's results
     deadline: float = 0.0
     worker: _Worker | None = None
     timed_out: bool = False
@@ -219,6 +236,9 @@ class RayCollector:
         call_timeout_s: a call still running after this long has its worker killed and counts as a failed try.
         start_timeout_s: how long a new actor may take to start (e.g. waiting for resources) before a try fails.
         shutdown_ray: also ``ray.shutdown()`` on :meth:`close` (for a Ray this collector's owner started).
+        batch_calls: send the calls submitted together (a round: every slot's step, then :meth:`gather`) as one
+            Ray call per actor instead of one per slot, which divides the driver's dispatch work by the slots per
+            actor. Off only to measure what it saves.
     """
 
     def __init__(
@@ -233,6 +253,7 @@ class RayCollector:
         call_timeout_s: float = 600.0,
         start_timeout_s: float = 120.0,
         shutdown_ray: bool = False,
+        batch_calls: bool = True,
     ):
         if not isinstance(env, str):
             raise TypeError(f"a RayCollector makes its envs by id inside the actors: pass an env id, got {env!r}")
@@ -249,6 +270,7 @@ class RayCollector:
         if memory is not None:
             self._options["memory"] = memory
         self._shutdown_ray = shutdown_ray
+        self.batch_calls = batch_calls
         self._key = secrets.token_bytes(32)  # this run's checkpoint key (module docstring)
         self._generations = 0
         self._workers: list[_Worker | None] = [None] * workers
@@ -262,6 +284,8 @@ class RayCollector:
         atexit.register(self.close)  # the actors die with the driver anyway; this closes their envs first
         #: Worker replacements so far (deaths survived).
         self.replacements = 0
+        #: Ray calls sent to env workers so far (with ``batch_calls``, one per worker per round).
+        self.ray_calls = 0
 
     @property
     def workers(self) -> int:
@@ -325,6 +349,7 @@ class RayCollector:
         return None
 
     def gather(self, futures: Sequence[Future[T]], then: Callable[[int, T], None] | None = None) -> list[T]:
+        self._events.put(("flush", None))  # the round is complete: send what was submitted
         return gather_futures(futures, then)
 
     def close(self) -> None:
@@ -376,75 +401,113 @@ class RayCollector:
         return op.future
 
     def _dispatch(self) -> None:
-        """The one thread that sends calls, finishes them, replaces dead workers and enforces timeouts."""
+        """The one thread that sends calls, finishes them, replaces dead workers and enforces timeouts.
+
+        Submitted calls wait in ``pending`` until :meth:`gather` says the round is complete (or nothing more
+        arrives for ``_LINGER_S``, for a caller that waits on a future by other means); then each actor gets its
+        share as one call."""
+        pending: list[_Op] = []
         while True:
             try:
-                kind, item = self._events.get(timeout=1.0)
+                kind, item = self._events.get(timeout=_LINGER_S if pending else 1.0)
             except queue.Empty:
-                kind, item = "tick", None
+                kind, item = ("flush" if pending else "tick"), None
             if kind == "stop":
-                for op in list(self._inflight.values()):
+                for op in [*self._inflight.values(), *pending]:
                     op.future.set_exception(RuntimeError(f"{op.what}: the collector was closed"))
                 self._inflight.clear()
                 return
+            if kind == "submit":
+                pending.append(item)
+                if self.batch_calls and len(pending) < _MAX_BATCH:
+                    continue
+                kind = "flush"
+            ops = pending if kind == "flush" else []
+            pending = [] if kind == "flush" else pending
             try:
-                if kind == "submit":
-                    self._send(item)
+                if ops:
+                    self._send(ops)
                 elif kind == "done":
                     self._done(item)
                 self._check_deadlines()
             except BaseException as exc:  # never lose a call: its future carries any failure of ours
-                if isinstance(item, _Op) and not item.future.done():
-                    self._inflight.pop(id(item), None)
-                    item.future.set_exception(exc)
-                else:
+                failed = ops if ops else [op for op in item[0] if id(op) in self._inflight] if kind == "done" else []
+                if not failed:
                     logger.exception("RayCollector dispatcher")
+                for op in failed:
+                    self._inflight.pop(id(op), None)
+                    if not op.future.done():
+                        op.future.set_exception(exc)
 
-    def _send(self, op: _Op) -> None:
-        op.tries += 1
-        w = op.slot % len(self._workers)
-        try:
-            worker = self._worker(w)
-        except WorkerLostError as exc:
-            op.causes.append(str(exc))
-            self._retry_or_fail(op)
-            return
+    def _send(self, ops: Sequence[_Op]) -> None:
+        """Send ``ops`` (in submission order), one Ray call per worker."""
+        by_worker: dict[int, list[_Op]] = {}
+        for op in ops:
+            op.tries += 1
+            by_worker.setdefault(op.slot % len(self._workers), []).append(op)
+        for w, group in by_worker.items():
+            try:
+                worker = self._worker(w)
+            except WorkerLostError as exc:
+                for op in group:
+                    op.causes.append(str(exc))
+                    self._retry_or_fail(op)
+                continue
+            calls = [(op.slot, op.method, op.args, self._rebuild(op, worker, w)) for op in group]
+            ref = worker.handle.batch.remote(calls)
+            self.ray_calls += 1
+            deadline = time.monotonic() + self.call_timeout_s
+            for i, op in enumerate(group):
+                op.worker, op.timed_out, op.ref, op.index, op.deadline = worker, False, ref, i, deadline
+                self._inflight[id(op)] = op
+            done = tuple(group)
+            ref.future().add_done_callback(lambda _f, ops=done, ref=ref: self._events.put(("done", (ops, ref))))
+
+    def _rebuild(self, op: _Op, worker: _Worker, w: int) -> tuple[bytes | None, list[tuple[Any, ...]]] | None:
+        """What the worker must replay before ``op`` if the slot's state lives on an earlier worker (it died)."""
         state = self._slots[op.slot]
         rebuild = None
         if state.generation != worker.generation and not op.starts_state and state.generation >= 0:
             rebuild = (state.anchor, list(state.journal))
             logger.info("rebuilding slot %d on worker %d (%d journaled calls)", op.slot, w, len(state.journal))
         state.generation = worker.generation
-        op.worker, op.timed_out = worker, False
-        op.deadline = time.monotonic() + self.call_timeout_s
-        op.ref = getattr(worker.handle, op.method).remote(op.slot, *op.args, rebuild)
-        self._inflight[id(op)] = op
-        op.ref.future().add_done_callback(lambda _f, op=op, ref=op.ref: self._events.put(("done", (op, ref))))
+        return rebuild
 
-    def _done(self, item: tuple[_Op, Any]) -> None:
-        op, ref = item
-        if op.ref is not ref or id(op) not in self._inflight:
-            return  # a stale completion of an earlier try
-        del self._inflight[id(op)]
+    def _done(self, item: tuple[tuple[_Op, ...], Any]) -> None:
+        ops, ref = item
+        live = [op for op in ops if op.ref is ref and id(op) in self._inflight]  # else a stale, earlier try
+        if not live:
+            return
+        for op in live:
+            del self._inflight[id(op)]
         try:
-            result = self._ray.get(ref, timeout=0)
-        except self._ray.exceptions.RayTaskError as exc:  # the env raised: that is the call's result
+            results = self._ray.get(ref, timeout=0)
+        except self._ray.exceptions.RayTaskError as exc:  # the batch itself failed (not one env call)
             cause = exc.cause if isinstance(exc.cause, BaseException) else exc
-            op.future.set_exception(cause)
+            for op in live:
+                op.future.set_exception(cause)
             return
         except _lost_errors(self._ray) as exc:
-            reason = f"timed out after {self.call_timeout_s:g} s" if op.timed_out else f"{type(exc).__name__}"
-            op.causes.append(f"try {op.tries}: worker {op.slot % len(self._workers)} lost ({reason})")
-            logger.warning("%s: worker lost (%s); rebuilding it", op.what, reason)
-            self._replace(op.worker)
-            self._retry_or_fail(op)
+            timed_out = any(op.timed_out for op in live)
+            reason = f"timed out after {self.call_timeout_s:g} s" if timed_out else f"{type(exc).__name__}"
+            logger.warning("%s: worker lost (%s); rebuilding it", live[0].what, reason)
+            self._replace(live[0].worker)
+            for op in live:
+                op.causes.append(f"try {op.tries}: worker {op.slot % len(self._workers)} lost ({reason})")
+            for op in live:
+                self._retry_or_fail(op)
             return
-        try:
-            value = op.finish(result)
-        except BaseException as exc:  # a corrupt checkpoint from the worker: a typed error, never swallowed
-            op.future.set_exception(exc)
-        else:
-            op.future.set_result(value)
+        for op in live:
+            ok, result = results[op.index]
+            if not ok:  # the env raised: that is the call's result
+                op.future.set_exception(result)
+                continue
+            try:
+                value = op.finish(result)
+            except BaseException as exc:  # a corrupt checkpoint from the worker: a typed error, never swallowed
+                op.future.set_exception(exc)
+            else:
+                op.future.set_result(value)
 
     def _retry_or_fail(self, op: _Op) -> None:
         if op.tries > self.max_retries:
@@ -454,7 +517,7 @@ class RayCollector:
                 )
             )
             return
-        self._send(op)
+        self._send([op])
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
@@ -500,6 +563,12 @@ class RayCollector:
             self._ray.kill(worker.handle, no_restart=True)
         except Exception as exc:  # already gone
             logger.debug("kill env worker: %s", exc)
+
+
+# How long submitted calls wait for more of their round when no gather() says it is complete, and the most calls
+# sent at once.
+_LINGER_S = 0.002
+_MAX_BATCH = 4096
 
 
 def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:

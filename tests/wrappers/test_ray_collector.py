@@ -215,6 +215,30 @@ def test_env_errors_reach_the_caller_as_themselves(local_ray):
         assert remote.replacements == 0
 
 
+@pytest.mark.parametrize("batch_calls", [True, False])
+def test_a_round_is_one_ray_call_per_worker(local_ray, batch_calls):
+    """Calls submitted together and then gathered travel as one Ray call per actor (unbatched: one per slot),
+    with the same results and each env error delivered to its own call."""
+    from r3l_envs.errors import UnknownTaskError
+
+    with RayCollector("r3l/Countdown-v0", workers=2, num_cpus=0.25, batch_calls=batch_calls) as remote:
+        remote.gather([remote.reset(s, seed=s, task_id=None, checkpoint=False) for s in range(8)])
+        sent = remote.ray_calls
+        resets = [remote.reset(s, seed=s, task_id=None, checkpoint=True) for s in range(8)]
+        results = remote.gather(resets)
+        assert remote.ray_calls - sent == (2 if batch_calls else 8)
+        steps = remote.gather([remote.step(s, "\\boxed{1}", checkpoint=False) for s in range(8)])
+        assert all(r.info["step"] == 1 for r in steps)
+        with LocalCollector("r3l/Countdown-v0") as local:
+            expected = local.gather([local.reset(s, seed=s, task_id=None, checkpoint=False) for s in range(8)])
+        assert [r.observation for r in results] == [r.observation for r in expected]
+        unknown = remote.reset(0, seed=0, task_id="no-such-task", checkpoint=False)
+        mixed = [unknown, remote.step(1, "x", checkpoint=False)]
+        with pytest.raises(UnknownTaskError):
+            remote.gather(mixed)
+        assert mixed[1].result().info["step"] == 2
+
+
 def test_checkpoints_cross_under_the_runs_key(local_ray):
     """What an actor sends is keyed for this run: it restores into a slot, and checkpoint bytes written without the
     run's key (by anyone else) are refused by the actor and by the driver."""
