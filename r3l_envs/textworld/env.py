@@ -12,11 +12,19 @@ releases the GIL) holds one process-wide lock, :data:`ENGINE_LOCK`, and so does 
 (jericho's finaliser shuts the interpreter down and unloads its private copy of ``libfrotz.so``): an engine is
 closed by ``close()``/``reset()``, or by this env's own finaliser under the lock, never by a garbage-collector
 pass on whatever thread happens to run it. See ``benchmarks/stress_textworld.py``.
+
+Hostile input: every engine call runs under a time budget (:attr:`TextWorldEnv.engine_budget_s`, enforced by
+:mod:`.watchdog`), and an engine that overruns it or halts on a runtime error raises
+:class:`~r3l_envs.errors.EngineError` and is dropped (the next ``reset()`` or restore starts a new one). A
+checkpoint's engine state (:mod:`.frotz_state`) and logic state (:mod:`.logic_state`) are checked against
+the game before anything changes: what the game could not have produced is a
+:class:`~r3l_envs.errors.CorruptCheckpointError`, and the env goes on from where it was.
 """
 
 from __future__ import annotations
 
 import copy
+import ctypes
 import logging
 import re
 import threading
@@ -30,9 +38,12 @@ from typing import Any
 
 from r3l_envs.codec import register_type
 from r3l_envs.core import TextEnv
-from r3l_envs.errors import MalformedDataError, UnknownTaskError
+from r3l_envs.errors import CorruptCheckpointError, EngineError, MalformedDataError, UnknownTaskError
 from r3l_envs.splits import NumberedIds
+from r3l_envs.textworld.frotz_state import check_frotz_state, story_layout
 from r3l_envs.textworld.games import GameSpec, build_game
+from r3l_envs.textworld.logic_state import check_logic_state
+from r3l_envs.textworld.watchdog import WATCHDOG
 
 __all__ = ["SPLIT_SIZES", "TextWorldEnv"]
 
@@ -85,47 +96,6 @@ class _Snapshot:
     last: dict[str, Any]
 
 
-_NARRATIVE_MAX = 8191  # jericho strcpy()s the narrative into an 8,192-byte buffer
-
-
-def _check_frotz_state(state: Any, frotz: Any) -> None:
-    """Raise ``ValueError`` unless ``state`` is a state jericho's ``set_state`` can take without harm.
-
-    ``set_state`` hands each part to C unchecked (memcpy of the RAM and stack sizes, pointers set at offsets,
-    strcpy into a fixed buffer), so a checkpoint from elsewhere is bounded here first: restore turns the
-    ``ValueError`` into :class:`~r3l_envs.errors.CorruptCheckpointError`.
-    """
-    import numpy as np
-
-    lib = frotz.frotz_lib
-    stack_words = lib.getStackSize() // 2
-    if not (isinstance(state, tuple) and len(state) == 9):
-        raise ValueError("frotz state is not a 9-tuple")
-    ram, stack, pc, sp, fp, frame_count, opcode, rng, narrative = state
-    for name, array, size in (("RAM", ram, lib.getRAMSize()), ("stack", stack, lib.getStackSize())):
-        if not (isinstance(array, np.ndarray) and array.dtype == np.uint8 and array.shape == (size,)):
-            raise ValueError(f"frotz {name} is not {size} bytes")
-    ints = (pc, sp, fp, frame_count, opcode, *(rng if isinstance(rng, tuple) else ()))
-    if not (isinstance(rng, tuple) and len(rng) == 3 and all(isinstance(v, (int, np.integer)) for v in ints)):
-        raise ValueError("frotz registers are not integers")
-    limits = (
-        ("pc", pc, Path(frotz.story_file.decode("utf-8")).stat().st_size),  # jericho keeps the path as UTF-8
-        ("sp", sp, stack_words + 1),
-        ("fp", fp, stack_words + 1),
-        ("frame count", frame_count, stack_words + 1),
-        ("opcode", opcode, 256),
-        ("rng interval", rng[1], 1 << 31),
-        ("rng counter", rng[2], 1 << 31),
-    )
-    for name, value, end in limits:
-        if not 0 <= value < end:
-            raise ValueError(f"frotz {name} {value} is outside [0, {end})")
-    if not -(1 << 63) <= rng[0] < 1 << 63:
-        raise ValueError("frotz rng seed does not fit a C long")
-    if not (isinstance(narrative, bytes) and len(narrative) <= _NARRATIVE_MAX and b"\0" not in narrative):
-        raise ValueError(f"frotz narrative is not bytes of at most {_NARRATIVE_MAX}")
-
-
 class TextWorldEnv(TextEnv):
     """TextWorld games of one type and difficulty, generated offline; no game is in two splits.
 
@@ -144,6 +114,9 @@ class TextWorldEnv(TextEnv):
 
     restore_kind = "native"
     prompt_family = "textgame"
+    #: Seconds one engine call (load, reset, step) may take before the engine is halted and the call raises
+    #: :class:`~r3l_envs.errors.EngineError`. Real games take milliseconds; set it on an instance to change it.
+    engine_budget_s: float = 10.0
 
     def __init__(
         self,
@@ -178,8 +151,7 @@ class TextWorldEnv(TextEnv):
 
     def _start(self, task_id: str) -> tuple[str, str, dict[str, Any]]:
         self._load(task_id)
-        with ENGINE_LOCK:
-            state = self._tw.reset()
+        state = self._engine_call(self._tw.reset)
         self._best = 0.0
         self._last = self._info(state)
         intro = _clean(state.feedback)
@@ -189,8 +161,7 @@ class TextWorldEnv(TextEnv):
         command, refusal = self._engine_command(action)
         if refusal is not None:
             return refusal, 0.0, False, dict(self._last)
-        with ENGINE_LOCK:
-            state, _, done = self._tw.step(command)
+        state, _, done = self._engine_call(self._tw.step, command)
         info = self._info(state)
         reward = max(0.0, info["score"] - self._best)  # scores never pay twice: the episode sum stays <= 1
         self._best = max(self._best, info["score"])
@@ -219,12 +190,27 @@ class TextWorldEnv(TextEnv):
         from textworld.core import GameState
         from textworld.logic import State
 
-        if snap.task_id != self._task_loaded or self._tw is None:
-            self._load(snap.task_id)
-            with ENGINE_LOCK:
-                self._tw.reset()  # sets up tracking; everything it sets is overwritten below
-        tracker, i7, jericho = self._layers()
-        _check_frotz_state(snap.frotz, jericho._jericho)
+        if not (isinstance(snap, _Snapshot) and isinstance(snap.task_id, str) and snap.task_id in self._ids):
+            raise CorruptCheckpointError("TextWorld checkpoint state is not a snapshot of a task of this env")
+        # A snapshot of another task is checked against an engine of its own, installed only once it passes:
+        # a refused checkpoint leaves this env's engine, and so its episode, as they were.
+        fresh = snap.task_id != self._task_loaded or self._tw is None
+        tw, game = self._new_engine(snap.task_id) if fresh else (self._tw, self._game)
+        try:
+            if fresh:
+                _guarded(tw, self.engine_budget_s, tw.reset)  # sets up tracking; all it sets is overwritten below
+            _check_snapshot(snap, tw, game)
+        except BaseException as exc:
+            if fresh:
+                _close_engines([tw])
+            if isinstance(exc, (ValueError, TypeError)):
+                raise CorruptCheckpointError(
+                    f"TextWorld checkpoint state is not one this game produces ({exc}); the env is unchanged"
+                ) from exc
+            raise
+        if fresh:
+            self._install(tw, game, snap.task_id)
+        tracker, i7, jericho = _layers(tw)
         with ENGINE_LOCK:
             jericho._jericho.set_state(snap.frotz)
         progression = tracker._game_progression
@@ -253,27 +239,37 @@ class TextWorldEnv(TextEnv):
         """Start the engine on ``task_id``'s game (building it into the cache first if needed)."""
         if task_id == self._task_loaded and self._tw is not None:
             return
+        self._install(*self._new_engine(task_id), task_id)
+
+    def _new_engine(self, task_id: str) -> tuple[Any, Any]:
+        """A started engine for ``task_id``'s game and the game's logic; the caller installs or closes it."""
         index = self._ids.index_of(task_id)
         if index is None:
             raise UnknownTaskError(f"{task_id!r} is not a task id of this TextWorld split; see env.task_ids")
         path = build_game(GameSpec(self.game_type, self.difficulty, self.split, index))
+        return _start_engine(path, self.engine_budget_s)
+
+    def _install(self, tw: Any, game: Any, task_id: str) -> None:
+        """Make ``tw`` this env's engine, closing the one it had."""
         self._tw = None
         _close_engines(self._engine_box)
-        self._tw, self._game = _start_engine(path)
-        self._engine_box.append(self._tw)
+        self._tw, self._game = tw, game
+        self._engine_box.append(tw)
         self._task_loaded = task_id
+
+    def _engine_call(self, call: Any, *args: Any) -> Any:
+        """``call(*args)`` on this env's engine under its budget; an engine that fails it is dropped."""
+        try:
+            return _guarded(self._tw, self.engine_budget_s, call, *args)
+        except EngineError:
+            self._tw, self._task_loaded = None, None
+            _close_engines(self._engine_box)
+            self._episode = None  # the game is gone: the next step asks for a reset (or a restore)
+            raise
 
     def _layers(self) -> tuple[Any, Any, Any]:
         """TextWorld's StateTracking, Inform7Data and JerichoEnv layers of the running game."""
-        from textworld.envs.wrappers.tw_inform7 import Inform7Data, StateTracking
-        from textworld.envs.zmachine.jericho import JerichoEnv
-
-        found: dict[type, Any] = {}
-        layer = self._tw
-        while layer is not None:
-            found[type(layer)] = layer
-            layer = getattr(layer, "_wrapped_env", None)
-        return found[StateTracking], found[Inform7Data], found[JerichoEnv]
+        return _layers(self._tw)
 
     def _info(self, state: Any) -> dict[str, Any]:
         max_score = state["max_score"] or 1
@@ -325,7 +321,104 @@ def _close_engines(box: list[Any]) -> None:
             del engine
 
 
-def _start_engine(path: Path) -> tuple[Any, Any]:
+def _layers(tw: Any) -> tuple[Any, Any, Any]:
+    """TextWorld's StateTracking, Inform7Data and JerichoEnv layers of the engine ``tw``."""
+    from textworld.envs.wrappers.tw_inform7 import Inform7Data, StateTracking
+    from textworld.envs.zmachine.jericho import JerichoEnv
+
+    found: dict[type, Any] = {}
+    layer = tw
+    while layer is not None:
+        found[type(layer)] = layer
+        layer = getattr(layer, "_wrapped_env", None)
+    return found[StateTracking], found[Inform7Data], found[JerichoEnv]
+
+
+def _frotz_of(tw: Any) -> Any:
+    """jericho's FrotzEnv inside the engine ``tw`` (``None`` before it loads a game)."""
+    layer = tw
+    while layer is not None and not hasattr(layer, "_jericho"):
+        layer = getattr(layer, "_wrapped_env", None)
+    return None if layer is None else layer._jericho
+
+
+def _halt(tw: Any) -> None:
+    """Stop ``tw``'s interpreter at its next instruction (called by the watchdog while the engine runs)."""
+    frotz = _frotz_of(tw)
+    if frotz is not None:
+        ctypes.c_int.in_dll(frotz.frotz_lib, "emulator_halted").value = 1
+
+
+def _guarded(tw: Any, budget_s: float, call: Any, *args: Any) -> Any:
+    """``call(*args)`` into the engine ``tw`` under :data:`ENGINE_LOCK` and a watchdog of ``budget_s`` seconds.
+
+    Raises:
+        EngineError: the call overran its budget, or the interpreter halted on a runtime error; ``tw`` is
+            unusable (every further call returns at once) and should be closed.
+    """
+    error: Exception | None = None
+    with ENGINE_LOCK:
+        with WATCHDOG.guard(budget_s, lambda: _halt(tw)) as guard:
+            try:
+                result = call(*args)
+            except Exception as exc:  # a halted engine answers garbage, which TextWorld may choke on
+                error = exc
+        frotz = _frotz_of(tw)
+        halted = frotz is not None and frotz.frotz_lib.halted() > 0
+    if guard.fired or halted:
+        why = f"overran its {budget_s:g} s budget" if guard.fired else "halted on a Z-machine runtime error"
+        raise EngineError(
+            f"the TextWorld engine {why} and was stopped; reset() the env or restore a checkpoint"
+        ) from error
+    if error is not None:
+        raise error
+    return result
+
+
+def _check_snapshot(snap: _Snapshot, tw: Any, game: Any) -> None:
+    """Raise ``ValueError`` unless ``snap`` is a state of ``game`` (played by the engine ``tw``)."""
+    import numpy as np
+
+    tracker, i7, jericho = _layers(tw)
+    frotz = jericho._jericho
+    lib = frotz.frotz_lib
+    with ENGINE_LOCK:
+        live = np.empty(lib.getRAMSize(), dtype=np.uint8)
+        lib.getRAM(live.ctypes.data)
+        stack_size = lib.getStackSize()
+    layout = story_layout(frotz.story_file.decode("utf-8"))  # jericho keeps the path as UTF-8
+    check_frotz_state(snap.frotz, layout, live[:64], stack_size)
+    if not (isinstance(snap.valid_actions, list) and all(isinstance(a, tuple) for a in snap.valid_actions)):
+        raise ValueError("valid actions are not a list of packed actions")
+    last = snap.last
+    if not (isinstance(last, dict) and set(last) == {"admissible_actions", "won", "lost", "score", "moves"}):
+        raise ValueError("the last info is not the env's info")
+    if not (type(last["won"]) is bool and type(last["lost"]) is bool and _is_count(last["moves"])):
+        raise ValueError("the last info's won, lost or moves is not one the env writes")
+    scores = (last["score"], snap.best)
+    if not all(type(v) is float and 0.0 <= v <= 1.0 for v in scores) or last["score"] > snap.best:
+        raise ValueError("the scores are not fractions in [0, 1] with the best at least the last")
+    if not (_is_count(snap.moves) and isinstance(snap.tracked, dict) and set(snap.tracked) == set(i7._tracked_infos)):
+        raise ValueError("the tracker's moves or tracked infos are not the tracker's")
+    if not all(v is None or _is_count(v) for v in snap.tracked.values()):
+        raise ValueError("the tracked infos are not counts")
+    check_logic_state(
+        game,
+        snap.facts,
+        snap.valid_actions,
+        snap.last_action,
+        last["admissible_actions"],
+        _unpack_proposition,
+        _pack_action,
+        tracker._inform7.gen_commands_from_actions,
+    )
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and 0 <= value < 1 << 31
+
+
+def _start_engine(path: Path, budget_s: float) -> tuple[Any, Any]:
     """What ``textworld.start`` builds (jericho under TextWorld's Inform 7 wrappers), with the game's logic from
     the per-process cache: every wrapper takes the Game it finds on the layer below instead of loading its own."""
     import jericho
@@ -346,9 +439,11 @@ def _start_engine(path: Path) -> tuple[Any, Any]:
             machine = JerichoEnv(infos)
             machine._game = _loaded_game(path.with_suffix(".json"))
             env = TWInform7(machine)
-            env.load(str(path))
+            _guarded(env, budget_s, env.load, str(path))
             env.seed(0)  # jericho's RNG is part of its saved state; a fixed seed makes episodes reproducible
         return env, env._wrapped_env._game  # the Game that TextWorld's StateTracking layer holds
+    except EngineError:
+        raise
     except Exception as exc:  # any failure to load means the cached files are damaged
         raise MalformedDataError(
             f"TextWorld game {path} cannot be loaded ({type(exc).__name__}: {exc}); delete {path.parent} to rebuild it"
