@@ -248,9 +248,9 @@ def paper(results: dict, args) -> list[str]:
         "dispatch, at this page's rate "
         + ", ".join(f"{k} {v:.0f} s" for k, v in dispatch_s.items())
         + f" per step, {'more' if max(dispatch_s.values()) > max(env_s.values()) else 'less'} than the env work "
-        "per node. A driver with free cores dispatches faster than this loaded "
-        "one, and sending a round's calls for all the slots of one actor as one call would divide the count by "
-        "the slots per actor (not built: the RayCollector sends one call per slot).",
+        "per node. These rows were measured with one Ray call per slot; the RayCollector now sends a round's "
+        "calls for all the slots of one actor as one call, which divides the count by the slots per actor: "
+        '"Ray dispatch on the paper\'s shape" below measures it.',
     ]
     return lines
 
