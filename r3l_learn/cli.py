@@ -2,24 +2,69 @@
 
 One vocabulary across subcommands: an env is ``--env ID`` with ``--env-kwargs KEY=VALUE ...``; ``--actions``,
 ``--dtype``, ``--autocast``, ``--device``, ``--rollout-backend``, ``--seed`` and ``--max-new-tokens`` mean the same
-and default the same in ``train`` and ``eval``; every help shows its default and choices. Ctrl-C exits with
-status 130 and a one-line message, a closed pipe (``r3l show ... | head``) quietly.
+and default the same in ``train`` and ``eval``; every help lists each flag once, with its default and choices.
+
+Errors end a command with one line on stderr, never a traceback: an error of the library (the typed errors of
+``r3l_envs``, ``wrappers`` and ``r3l_learn``: bad data, a checkpoint that cannot resume, an unknown model) prints
+``r3l COMMAND: error: MESSAGE`` and exits 1 (``-v`` adds the traceback); a usage error exits 2 (argparse); Ctrl-C
+exits 130 with a one-line message, a closed pipe (``r3l show ... | head``) quietly. Any other exception is a bug
+and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import os
 import sys
+import traceback
+from typing import Any
 
-from r3l_learn.cli_args import env_id_problem, key_value, parse_kwargs
+from r3l_learn.cli_args import env_id_problem, key_value, list_one_spelling, parse_kwargs
 from r3l_learn.config import ACTION_MODES, ACTIONS_HELP, action_flags
 
 logger = logging.getLogger(__name__)
 
-_DOCS = "More: the project README (also the package description) and the R³L paper, arXiv 2601.03715."
+# `r3l --help` prints its epilog as written (a table): keep it within 80 columns
+_DOCS = "More: the project README (also the package description) and the R³L paper,\narXiv 2601.03715."
+_EXIT_STATUS = """exit status:
+  0    done
+  1    an error of r3l (bad data, a checkpoint that cannot resume, an unknown
+       model...), printed as one line "r3l COMMAND: error: MESSAGE" on stderr;
+       -v adds the traceback
+  2    a usage error (an unknown flag or a bad value)
+  130  interrupted (Ctrl-C)
+  141  the output's reader went away (r3l show ... | head)"""
+
+_VERBOSE_HELP = "log at INFO level; an error prints its traceback too"
+
+#: the status of a command ended by an error of the library (2 is argparse's, for usage errors)
+LIBRARY_ERROR_STATUS = 1
+
+
+class _TopHelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """``r3l --help``: defaults in every flag's help, and the epilog as written (the exit status table)."""
+
+
+def library_errors() -> tuple[type[Exception], ...]:
+    """The errors the library raises for a violated contract or bad input, which the CLI prints as one line: the
+    bases of ``r3l_envs`` and ``r3l_learn`` and the typed errors of ``wrappers`` (which has no common base).
+
+    Imported when an error is being handled, so that a command pays nothing for them.
+    """
+    from r3l_envs.errors import R3LEnvError
+    from r3l_learn.errors import R3LLearnError
+    from wrappers.data import DataFormatError
+    from wrappers.expert import NoExpertPlanError
+    from wrappers.ray_collector import WorkerLostError
+
+    return R3LEnvError, R3LLearnError, DataFormatError, NoExpertPlanError, WorkerLostError
+
+
+def one_line(text: object) -> str:
+    """``text`` (e.g. an error) on one line: line breaks and other control characters, which a file name or a
+    file's content may carry, written as escapes, so that they can neither split the line nor drive the terminal."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
 
 
 def _require_env(command: str, env_id: str) -> None:
@@ -122,12 +167,14 @@ def _show(args: argparse.Namespace) -> int:
 
     try:
         items = load_viewable(args.path, limit=args.limit)
+    except library_errors():  # a typed error names the file and the line: main() prints it
+        raise
     except FileNotFoundError:
-        raise SystemExit(f"r3l show: no such file: {args.path}") from None
+        raise SystemExit(f"r3l show: no such file: {one_line(args.path)}") from None
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"r3l show: cannot read {args.path}: {exc}") from None
+        raise SystemExit(f"r3l show: cannot read {one_line(args.path)}: {one_line(exc)}") from None
     if not items:
-        raise SystemExit(f"r3l show: {args.path} holds no trajectories or trajectory groups")
+        raise SystemExit(f"r3l show: {one_line(args.path)} holds no trajectories or trajectory groups")
     print(render_text(items, max_lines=args.max_lines))
     if args.html:
         from pathlib import Path
@@ -155,7 +202,11 @@ def _show_decoder(name_or_path: str):
 
 
 def _add_env_arguments(parser: argparse.ArgumentParser, *, required: bool) -> None:
-    parser.add_argument("--env", required=required, default=None, help="a registered env id (`r3l envs` lists them)")
+    helptext = "a registered env id (`r3l envs` lists them)"
+    if required:  # no default to show
+        parser.add_argument("--env", required=True, default=argparse.SUPPRESS, help=f"{helptext} (required)")
+    else:
+        parser.add_argument("--env", default=None, help=helptext)
     parser.add_argument(
         "--env-kwargs",
         "--env_kwargs",
@@ -182,37 +233,53 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = parser_class(
         prog="r3l",
         description="Reflect-then-Retry RL for LLM agents on text envs.",
-        epilog=_DOCS,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog=f"{_EXIT_STATUS}\n\n{_DOCS}",
+        formatter_class=_TopHelpFormatter,
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add_parser = functools.partial(sub.add_parser, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
 
-    for name, helptext in (
-        ("tour", "a model-free tour: a scripted solver plays offline Countdown, with checkpoint/restore shown"),
-        ("demo", "old name of `tour` (`make demo` is a training run)"),
-    ):
-        tour = add_parser(name, help=helptext, description=helptext)
+    def add_parser(name: str, helptext: str | None, description: str | None = None, **kwargs) -> Any:
+        """A subcommand listed in ``r3l --help`` with one line, ``helptext`` (unlisted when None)."""
+        listed = {} if helptext is None else {"help": helptext}
+        subparser = sub.add_parser(
+            name,
+            description=description or helptext,
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            **listed,
+            **kwargs,
+        )
+        # -v after the command too; SUPPRESS: absent unless given, so it never undoes a -v given before the command
+        subparser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
+        return subparser
+
+    tour_help = "a model-free tour: a scripted solver plays offline Countdown, with checkpoint/restore shown"
+    # `demo`, the old name of `tour`, still works but is not listed (`make demo` is a training run)
+    for name, helptext in (("tour", "a model-free tour: a scripted solver plays Countdown"), ("demo", None)):
+        tour = add_parser(name, helptext, description=tour_help)
         tour.add_argument("--episodes", type=int, default=3, help="episodes to play")
         tour.add_argument("--seed", type=int, default=0, help="seed of the first episode")
         tour.set_defaults(func=_tour)
 
-    envs = add_parser("envs", help="list the registered environment ids")
+    envs = add_parser("envs", "list the registered environment ids")
     envs.set_defaults(func=_envs)
 
-    check = add_parser("check", help="run r3l_envs.check_env on an env")
+    check = add_parser("check", "run r3l_envs.check_env on an env")
     _add_env_arguments(check, required=False)
     check.add_argument("words", nargs="*", metavar="ENV [KEY=VALUE ...]", help="older spelling of --env/--env-kwargs")
     check.set_defaults(func=_check)
 
-    tr = add_parser("train", help="train a policy with R³L or a baseline (--preset cpu-demo: what make demo runs)")
-    tr.epilog = _DOCS
+    tr = add_parser(
+        "train",
+        "train a policy with R³L or a baseline",
+        description="train a policy with R³L or a baseline (--preset cpu-demo: what make demo runs)",
+        epilog=_DOCS,
+    )
     if full:
         add_train_arguments(tr)
     tr.set_defaults(func=_train)
 
-    ev = add_parser("eval", help="evaluate a model on an env; writes the trajectories as JSONL", epilog=_DOCS)
+    ev = add_parser("eval", "evaluate a model on an env; writes trajectories as JSONL", epilog=_DOCS)
     _add_env_arguments(ev, required=True)
     ev.add_argument(
         "--model", default=DEFAULT_MODEL, help='an embedded model name, a local HF folder, or "tiny-random"'
@@ -242,12 +309,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ev.add_argument("--device", default="cpu", help='"cpu" or "cuda[:i]"')
     ev.add_argument("--rollout-backend", choices=BACKENDS, default="hf", help="who generates: HF transformers or vLLM")
     ev.add_argument("--seed", type=int, default=0, help="seeds the episodes and sampling")
-    ev.add_argument("--out", default=None, help="JSONL file to write (default: r3l-eval-<Env>-<split>.jsonl)")
-    ev.add_argument("--out-dir", default=None, help="directory for the default file name (default: .)")
+    ev.add_argument("--out", default=None, help="JSONL file to write; None: r3l-eval-<Env>-<split>.jsonl in --out-dir")
+    ev.add_argument("--out-dir", default=None, help="directory of the default --out file; None: the current one")
     ev.add_argument("kwargs", nargs="*", type=key_value, metavar="KEY=VALUE", help="older spelling of --env-kwargs")
     ev.set_defaults(func=_eval)
 
-    show = add_parser("show", help="render trajectories or groups (base beside retry, pivot marked)")
+    show = add_parser(
+        "show",
+        "render trajectories or groups (base beside retry)",
+        description="render trajectories or groups (base beside retry, pivot marked)",
+    )
     show.add_argument("path", help="a JSONL file of Trajectories or TrajectoryGroups (wrappers.save_jsonl)")
     show.add_argument("--html", default=None, help="also write the view as a static HTML page here")
     show.add_argument("--limit", type=int, default=None, help="show at most this many groups or trajectories")
@@ -261,6 +332,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "without it a reply shows as its text and the context as token counts",
     )
     show.set_defaults(func=_show)
+    for each in (parser, *sub.choices.values()):
+        list_one_spelling(each)
     return parser
 
 
@@ -279,6 +352,11 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that flushing stdout at exit does not raise again
         return 141
+    except library_errors() as exc:  # bad input or state, said by the message; anything else is a bug
+        if args.verbose:
+            traceback.print_exc()
+        print(f"r3l {args.command}: error: {one_line(exc) or type(exc).__name__}", file=sys.stderr)
+        return LIBRARY_ERROR_STATUS
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """``r3l train``: every :class:`r3l_learn.train.TrainConfig` field as a flag, on top of an optional preset.
 
 The flags come from the config dataclass through ``transformers.HfArgumentParser`` (types, ``Optional``,
-``Literal`` choices, ``--x/--no-x`` for booleans, aliases); each field's help and choices live in its metadata,
-so the help cannot drift from the config. Two additions on top of it:
+``Literal`` choices, aliases); each field's help and choices live in its metadata, so the help cannot drift from
+the config. Three additions on top of it:
 
+* each flag is listed once, as ``--out-dir`` (the ``--out_dir`` spelling and aliases still parse), and a boolean
+  as ``--fill, --no-fill``;
 * the two container fields take several words: ``--env-kwargs KEY=VALUE ...`` and ``--ablations NAME ...``;
 * a flag's default is shown in its help but not filled in, so that the run knows which flags were *given*.
   Precedence: the config's defaults < ``--preset`` < the run's saved ``config.json`` (with ``--resume``) <
@@ -22,7 +24,7 @@ from typing import Any
 
 from transformers import HfArgumentParser
 
-from r3l_learn.cli_args import key_value, parse_kwargs
+from r3l_learn.cli_args import BooleanFlag, key_value, list_one_spelling, parse_kwargs
 
 __all__ = ["ConfigArgumentParser", "add_train_arguments", "config_from_args", "run_train"]
 
@@ -31,19 +33,23 @@ logger = logging.getLogger(__name__)
 
 class ConfigArgumentParser(HfArgumentParser):
     """``HfArgumentParser`` that also takes ``dict`` fields as ``KEY=VALUE`` words and ``tuple`` fields as
-    several words (it parses neither)."""
+    several words (it parses neither), and booleans as ``--x/--no-x`` (where it has ``--x [X]`` beside
+    ``--no-x``)."""
 
     @staticmethod
     def _parse_dataclass_field(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
         origin = typing.get_origin(field.type)
-        if origin not in (dict, tuple):
+        if origin not in (dict, tuple) and field.type is not bool:
             HfArgumentParser._parse_dataclass_field(parser, field)
             return
         kwargs = dict(field.metadata)
         aliases = kwargs.pop("aliases", [])
+        options = [f"--{field.name.replace('_', '-')}"] + ([f"--{field.name}"] if "_" in field.name else [])
+        if field.type is bool:
+            parser.add_argument(*options, *aliases, action=BooleanFlag, dest=field.name, **kwargs)
+            return
         if origin is dict:
             kwargs["type"] = key_value
-        options = [f"--{field.name}"] + ([f"--{field.name.replace('_', '-')}"] if "_" in field.name else [])
         parser.add_argument(*options, *aliases, nargs="*", dest=field.name, **kwargs)
 
 
@@ -69,7 +75,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
             dest=f"ablation_{flag}",
             action="store_true",
             default=argparse.SUPPRESS,
-            help=f"shortcut for --ablations {flag}",
+            help=f"shortcut for --ablations {flag} (default: False)",
         )
     before = len(parser._actions)
     parser._add_dataclass_arguments(TrainConfig)
@@ -77,17 +83,14 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     for action in parser._actions[before:]:
         if action.dest not in defaults:
             continue
-        action.option_strings.sort(key=lambda option: "_" in option)  # usage shows --out-dir, not --out_dir
-        if action.option_strings[0].startswith("--no"):  # the store_false twin of a boolean flag
-            action.help = f"turn --{action.dest.replace('_', '-')} off"
-        else:
-            shown = defaults[action.dest]
-            if isinstance(shown, dict):  # containers as they are typed
-                shown = " ".join(f"{k}={v}" for k, v in shown.items()) or "none"
-            elif isinstance(shown, tuple):
-                shown = " ".join(map(str, shown)) or "none"
-            action.help = f"{action.help or ''} (default: {shown})".replace("%", "%%")
+        shown = defaults[action.dest]
+        if isinstance(shown, dict):  # containers as they are typed
+            shown = " ".join(f"{k}={v}" for k, v in shown.items()) or "none"
+        elif isinstance(shown, tuple):
+            shown = " ".join(map(str, shown)) or "none"
+        action.help = f"{action.help or ''} (default: {shown})".replace("%", "%%")
         action.default = argparse.SUPPRESS  # absent from the namespace unless given: presets keep their values
+    list_one_spelling(parser)
 
 
 def _default(field: dataclasses.Field) -> Any:

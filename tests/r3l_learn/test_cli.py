@@ -1,5 +1,6 @@
 """One ``r3l`` CLI: train and eval share flags and defaults, help shows defaults and choices and cites docs that
-ship, flags keep preset precedence, bad env ids get a hint, Ctrl-C and closed pipes end without a traceback."""
+ship, flags keep preset precedence, bad env ids get a hint, Ctrl-C and closed pipes end without a traceback
+(help layout: test_cli_help.py; library errors as one line: test_cli_errors.py)."""
 
 import dataclasses
 import os
@@ -156,12 +157,12 @@ def test_show_a_missing_file_is_one_clear_line(tmp_path):
     assert str(err.value.code) == f"r3l show: no such file: {tmp_path / 'nope.jsonl'}"
 
 
-def test_show_a_file_that_is_not_jsonl_is_one_clear_line(tmp_path):
+def test_show_a_file_that_is_not_jsonl_is_one_clear_line(tmp_path, capsys):
     bad = tmp_path / "notes.txt"
     bad.write_text("these are my notes\n")
-    with pytest.raises(SystemExit) as err:
-        main(["show", str(bad)])
-    assert str(err.value.code).startswith(f"r3l show: cannot read {bad}: ")
+    assert main(["show", str(bad)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"r3l show: error: cannot read {bad} line 1: ")
 
 
 def test_demo_is_now_tour_and_the_old_name_says_so(capsys):
