@@ -50,7 +50,7 @@ chromium:
 # The documentation site (mkdocs.yml) into site/, offline. Strict: a broken link, a missing page or an API reference
 # that does not resolve fails the build, so `make test` (CI) runs it. NO_MKDOCS_2_WARNING: Material's banner.
 docs: $(VENV)/.installed
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/envs.py
