@@ -446,7 +446,7 @@ def _read_record(text: str, max_depth: int, checkpoints: bool) -> Trajectory | T
     """One line's object: parsed, upgraded, checked (:func:`wrappers.jsonl.check_record`), then built."""
     data = parse_record(text, max_depth)
     kind = data.get("type") if isinstance(data, dict) else None
-    if kind not in _TYPES:
+    if not isinstance(kind, str) or kind not in _TYPES:
         shown = repr(kind) if kind is None or (isinstance(kind, str) and len(kind) <= 60) else quote(kind)
         raise DataFormatError(f"unknown record type {shown}; expected one of {sorted(_TYPES)}")
     data = _upgraded(kind, data)

@@ -291,9 +291,9 @@ def _check_depth(value: Any, name: str, depth: int, max_depth: int) -> None:
 
 def _check_aligned(record: dict[str, Any], names: tuple[str, ...], where: str) -> None:
     n = len(record.get("token_ids", []))
-    for key in names:
-        if key in record and len(record[key]) != n:
-            k = len(record[key])
+    for key in names:  # a field left out is empty (the data model's default): it too must match
+        k = len(record.get(key, []))
+        if k != n:
             raise DataFormatError(f"{where}{key}: {k} value{'s' * (k != 1)} for {n} token_ids")
 
 
