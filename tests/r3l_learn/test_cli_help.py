@@ -92,7 +92,7 @@ def test_older_spellings_still_parse_unlisted():
         False,
         2,
     )
-    assert config_from_args(parser.parse_args(["train", "--out", "p", "--no-eval_before"])).out_dir == "p"
+    assert config_from_args(parser.parse_args(["train", "--out", "p"])).out_dir == "p"
     assert parser.parse_args(["eval", "--env", "r3l/Countdown-v0", "--env_kwargs", "a=1"]).env_kwargs == [("a", 1)]
     assert parser.parse_args(["demo"]).command == "demo"  # the old name of `tour`, no longer listed
 
