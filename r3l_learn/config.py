@@ -122,7 +122,7 @@ class TrainConfig:
         "when_self",
         "which reflection samples the aux term trains (the guided-retry samples always do): when_self: only when "
         "the policy reflects itself (the paper's setting), since only then does the run use the skill; always: "
-        "also another reflector's (the oracle's), which distils its diagnoses into the policy; never",
+        "also another reflector's (the oracle's), which distils its diagnoses into the policy; never: none",
         choices=AUX_REFLECTIONS,
     )
     kl_coef: float | None = _f(None, "KL coefficient; None: the algorithm's default (0 for r3l, 0.001 for grpo)")
