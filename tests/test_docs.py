@@ -147,6 +147,7 @@ def test_the_site_builds_strict_and_loads_nothing_from_the_network(tmp_path):
         html = page.read_text(encoding="utf-8")
         assert not external.search(html), page
         assert "fonts.googleapis" not in html and "fonts.gstatic" not in html, page
+        assert not re.search(r":(?:class|func|meth|mod|data|attr):<code>", html), page  # the roles hook ran
 
 
 @pytest.mark.slow
