@@ -18,7 +18,6 @@ import logging
 import os
 import sys
 import traceback
-from typing import Any
 
 from r3l_learn.cli_args import env_id_problem, key_value, list_one_spelling, parse_kwargs
 from r3l_learn.config import ACTION_MODES, ACTIONS_HELP, action_flags
@@ -239,7 +238,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add_parser(name: str, helptext: str | None, description: str | None = None, **kwargs) -> Any:
+    def add_parser(name: str, helptext: str | None, description: str | None = None, **kw) -> argparse.ArgumentParser:
         """A subcommand listed in ``r3l --help`` with one line, ``helptext`` (unlisted when None)."""
         listed = {} if helptext is None else {"help": helptext}
         subparser = sub.add_parser(
@@ -247,7 +246,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             description=description or helptext,
             formatter_class=argparse.ArgumentDefaultsHelpFormatter,
             **listed,
-            **kwargs,
+            **kw,
         )
         # -v after the command too; SUPPRESS: absent unless given, so it never undoes a -v given before the command
         subparser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)

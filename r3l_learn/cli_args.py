@@ -71,9 +71,9 @@ class BooleanFlag(argparse.BooleanOptionalAction):
 
 
 def list_one_spelling(parser: argparse.ArgumentParser) -> None:
-    """List each of ``parser``'s flags in its help and usage under one spelling: the short option if it has one,
-    the first long option without an underscore (``--out-dir``, not ``--out_dir`` or the alias ``--out``), and for
-    a :class:`BooleanFlag` that option's ``--no-`` twin.
+    """List each of ``parser``'s flags in its help and usage under one spelling: its short option (``-v``), if any,
+    and its first long option without an underscore (``--out-dir``, not ``--out_dir`` or the alias ``--out``),
+    with that option's ``--no-`` twin for a :class:`BooleanFlag`.
 
     The other spellings still parse, unlisted: argparse finds a flag by the table of option strings that the
     parser filled when the flag was added, and lists a flag by its ``option_strings``, which this trims.
