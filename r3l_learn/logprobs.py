@@ -6,10 +6,11 @@ machine's memory (FACTS.md). So the decoder runs once, and the LM head + log-sof
 positions, each under activation checkpointing: the backward pass recomputes one chunk's logits at a time.
 Only the positions the loss reads (``positions``) are computed at all.
 
-A batch's rows that all begin alike (a group's trajectories share the system prompt and the task's first
-observation; a retry shares its base's turns up to the pivot) run their common prefix once: its hidden states and
-KV cache are computed for one row and broadcast, and each row runs only its own rest on top. Autograd sums the
-rows' gradients through the broadcast, so values and gradients equal the unshared pass up to float rounding.
+Every prefix that several rows of a batch share runs once (:mod:`r3l_learn.prefix_tree`): a group's trajectories
+share the system prompt and the task's first observation, a retry shares its base's turns up to the pivot. The
+shared spans form a trie; each span's hidden states and KV cache are computed for one row and handed to the rows
+below it, and autograd sums their gradients into it, so values and gradients equal the unshared pass up to float
+rounding. Each row runs only up to its own last wanted token.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from r3l_learn.prompt_cache import cache_keyword, returned_cache
+from r3l_learn.prefix_tree import build_prefix_tree, hidden_on_prefix_tree
 
 __all__ = ["MIN_SHARED_PREFIX", "sequence_logprobs"]
 
@@ -52,6 +53,7 @@ def sequence_logprobs(
     positions: torch.Tensor | None = None,
     chunk_size: int = 1024,
     min_shared_prefix: int = MIN_SHARED_PREFIX,
+    prefix_levels: int | None = None,
 ) -> torch.Tensor:
     """``out[b, t] = log π(input_ids[b, t] | input_ids[b, :t])`` for ``t >= 1`` (``out[:, 0]`` is 0).
 
@@ -63,8 +65,10 @@ def sequence_logprobs(
             first); other entries of the result are 0 and carry no gradient.
         chunk_size: positions per LM-head chunk; peak logits memory is ``chunk_size × vocab × 4`` bytes (×2
             in the backward pass).
-        min_shared_prefix: run the rows' common prefix once when it is at least this long (0: never). Not under
-            activation checkpointing, which turns the KV cache off.
+        min_shared_prefix: run a span that several rows share once when it is at least this long (0: never). Not
+            under activation checkpointing, which turns the KV cache off.
+        prefix_levels: how deep shared spans nest (None: as deep as the rows share; 1: only the spans the rows
+            begin with, below which each row runs alone).
 
     Differentiable when grad is enabled; the logits of a chunk are recomputed in the backward pass.
     """
@@ -75,16 +79,17 @@ def sequence_logprobs(
     wanted = attention_mask.bool().clone() if positions is None else positions.bool() & attention_mask.bool()
     wanted[:, 0] = False  # the first token has no context
     decoder, head, softcap = _parts(model)
-    # Attention is causal: the tokens from the last wanted one on (an episode's final observation) change no
-    # wanted log-prob, so the decoder stops before it.
-    end = max(1, int(wanted.any(0).nonzero().max())) if wanted.any() else 1
-    ids, mask = input_ids[:, :end], attention_mask[:, :end]
-    shared = shared_prefix(ids, mask) if min_shared_prefix > 0 else 0
-    if 0 < min_shared_prefix <= shared and not getattr(decoder, "gradient_checkpointing", False):
-        hidden = _hidden_on_shared_prefix(decoder, ids, mask, shared)
-    else:
+    # Attention is causal: the tokens from a row's last wanted one on (an episode's final observation) change no
+    # wanted log-prob, so its decoder stops before it.
+    ends = _ends(wanted)
+    end = max(1, *ends)
+    hidden = None
+    if min_shared_prefix > 0 and len(ends) > 1 and not getattr(decoder, "gradient_checkpointing", False):
+        hidden = _hidden_on_shared_prefixes(decoder, input_ids, attention_mask, ends, min_shared_prefix, prefix_levels)
+    if hidden is None:
         # use_cache=False: no KV cache is needed (building one costs memory, and under activation checkpointing
         # transformers warns and turns it off itself)
+        ids, mask = input_ids[:, :end], attention_mask[:, :end]
         hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
     rows, cols = wanted.nonzero(as_tuple=True)
     states = hidden[rows, cols - 1]  # the state *before* each wanted token predicts it
@@ -111,21 +116,37 @@ def shared_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
     return max(0, min(common, int(attention_mask.sum(1).min()) - 1))
 
 
-def _hidden_on_shared_prefix(
-    decoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, shared: int
-) -> torch.Tensor:
-    """The decoder's last hidden states, the first ``shared`` tokens run for one row only."""
-    rows, length = input_ids.shape
-    name = cache_keyword(decoder)
-    head = decoder(input_ids=input_ids[:1, :shared], use_cache=True)
-    cache = returned_cache(head)
-    cache.batch_repeat_interleave(rows)  # differentiable: the rows' gradients add up in the one prefix
-    positions = torch.arange(shared, length, device=input_ids.device).expand(rows, -1)
-    tail = decoder(
-        input_ids=input_ids[:, shared:],
-        attention_mask=attention_mask,
-        position_ids=positions,
-        use_cache=True,
-        **{name: cache},
+def _ends(wanted: torch.Tensor) -> list[int]:
+    """Per row, how many leading tokens its wanted log-probs read (its last wanted position; 0 for none)."""
+    last = torch.where(wanted, torch.arange(wanted.shape[1], device=wanted.device), 0).amax(1)
+    return [int(x) for x in last.tolist()]
+
+
+def _hidden_on_shared_prefixes(
+    decoder: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    ends: list[int],
+    min_shared: int,
+    levels: int | None,
+) -> torch.Tensor | None:
+    """The decoder's last hidden states ``(B, max(ends), H)`` with every shared span run once, each row up to its
+    end (beyond it: zeros); None where no span is shared or the batch is not right-padded."""
+    mask = attention_mask.bool()
+    if bool((mask[:, 1:] & ~mask[:, :-1]).any()):  # a real token after a pad: not right-padded
+        return None
+    forest = build_prefix_tree(input_ids, ends, min_shared, levels=levels)
+    if not any(len(node.rows) > 1 for node in forest):
+        return None
+    pieces = hidden_on_prefix_tree(decoder, input_ids, forest)
+    rows = [torch.cat(p) if p else None for p in pieces]
+    some = next(r for r in rows if r is not None)
+    width = max(ends)
+    return torch.stack(
+        [
+            torch.nn.functional.pad(r, (0, 0, 0, width - len(r)))
+            if r is not None
+            else some.new_zeros(width, some.shape[1])
+            for r in rows
+        ]
     )
-    return torch.cat([head.last_hidden_state.expand(rows, -1, -1), tail.last_hidden_state], dim=1)

@@ -71,7 +71,8 @@ class LossConfig:
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     chunk_size: int = 1024  # LM-head positions per chunk (see r3l_learn.logprobs)
-    min_shared_prefix: int = MIN_SHARED_PREFIX  # a micro-batch's common prefix runs once from this length (0: never)
+    min_shared_prefix: int = MIN_SHARED_PREFIX  # a span rows share runs once from this length (0: never)
+    prefix_levels: int | None = None  # how deep shared spans nest (None: fully; 1: a micro-batch's common prefix)
 
     def __post_init__(self) -> None:
         declared = OBJECTIVES.spec(self.objective).hyper  # an unknown objective fails here, naming the known
@@ -165,6 +166,7 @@ def batch_loss(
         positions=batch.loss_mask > 0,
         chunk_size=config.chunk_size,
         min_shared_prefix=config.min_shared_prefix,
+        prefix_levels=config.prefix_levels,
     )
     policy, aux = ~batch.aux, batch.aux
     props = config.properties
