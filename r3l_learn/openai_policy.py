@@ -8,7 +8,10 @@ as a :class:`wrappers.Reflector` and as a :class:`wrappers.Policy` for evaluatio
   checks that they render to exactly that prompt). Sampled token ids and their log-probs come back only where
   the server returns ids (vLLM with ``vllm_extensions=True``: ``return_tokens_as_token_ids``); elsewhere the
   reply is re-tokenised locally, :attr:`OpenAIPolicy.token_exact` is ``False`` and every log-prob is NaN (not a
-  made-up number). Training needs exact tokens; evaluation does not.
+  made-up number). Training needs exact tokens; evaluation does not. With exact ids the reply's text is their
+  decoding, as every local policy's is. Where the server also returns the prompt's token ids (vLLM's
+  ``return_token_ids``), they must be the prompt's: otherwise the served chat template renders the messages to
+  other tokens, the log-probs belong to another context, and they are NaN (a warning says so).
 
 Requests have a timeout and a bounded number of retries (the ``openai`` client's, with backoff, on connection
 errors, 408, 409, 429 and 5xx); a request that still fails raises :class:`RemoteModelError`. The API key comes
@@ -61,12 +64,14 @@ class UnsupportedByServer(R3LLearnError):
 
 @dataclass(frozen=True)
 class ChatResult:
-    """One chat completion. ``token_ids``/``logprobs`` are ``None`` unless the server returned the sampled ids."""
+    """One chat completion. ``token_ids``/``logprobs`` are ``None`` unless the server returned the sampled ids;
+    ``prompt_token_ids`` (the server's tokens of the rendered messages) ``None`` unless it returned them."""
 
     text: str
     finish_reason: Literal["stop", "length"]
     token_ids: list[int] | None
     logprobs: list[float] | None
+    prompt_token_ids: list[int] | None = None
 
 
 class OpenAIChat:
@@ -78,8 +83,8 @@ class OpenAIChat:
         api_key: default: the environment (module docstring).
         timeout: seconds per request attempt.
         max_retries: retries after the first attempt (with backoff) before :class:`RemoteModelError`.
-        vllm_extensions: send vLLM's extra request fields (token ids in log-probs, stop strings kept in the
-            output); servers that reject unknown fields (OpenAI's) need ``False``.
+        vllm_extensions: send vLLM's extra request fields (token ids in log-probs, the prompt's token ids, stop
+            strings kept in the output); servers that reject unknown fields (OpenAI's) need ``False``.
     """
 
     def __init__(
@@ -116,7 +121,7 @@ class OpenAIChat:
         server says which one stopped it)."""
         extra: dict[str, Any] = {}
         if self.vllm_extensions:
-            extra = {"include_stop_str_in_output": True, "skip_special_tokens": False}
+            extra = {"include_stop_str_in_output": True, "skip_special_tokens": False, "return_token_ids": True}
             if logprobs:
                 extra["return_tokens_as_token_ids"] = True
         request: dict[str, Any] = {
@@ -146,7 +151,9 @@ class OpenAIChat:
             text += stopped_by
         ids, lps = _sampled(choice)
         reason: Literal["stop", "length"] = "length" if choice.finish_reason == "length" else "stop"
-        return ChatResult(text=text, finish_reason=reason, token_ids=ids, logprobs=lps)
+        prompt_ids = getattr(response, "prompt_token_ids", None)  # vLLM's return_token_ids
+        prompt_ids = [int(i) for i in prompt_ids] if isinstance(prompt_ids, list) else None
+        return ChatResult(text=text, finish_reason=reason, token_ids=ids, logprobs=lps, prompt_token_ids=prompt_ids)
 
 
 def _sampled(choice: Any) -> tuple[list[int] | None, list[float] | None]:
@@ -280,15 +287,25 @@ class OpenAIPolicy(HFTokenizerIO):
         exact = all(r.token_ids is not None for r in results)
         if self.token_exact is not False and not exact:
             logger.warning("%s returned no sampled token ids: replies are re-tokenised, log-probs are NaN", self.name)
-        self.token_exact = exact
+        other_context = [
+            r.prompt_token_ids is not None and r.prompt_token_ids != list(p) for p, r in zip(prompts, results)
+        ]
+        if any(other_context):
+            logger.warning(
+                "%s tokenised the messages differently from the prompt (its chat template is not this tokenizer's): "
+                "the log-probs of those replies are NaN",
+                self.name,
+            )
+        self.token_exact = exact and not any(other_context)
         out = []
-        for r in results:
+        for r, other in zip(results, other_context):
             if r.token_ids is not None and r.logprobs is not None:
-                ids, lps = r.token_ids, r.logprobs
+                ids, text = r.token_ids, self.decode(r.token_ids)
+                lps = [math.nan] * len(ids) if other else r.logprobs
             else:
-                ids = self.tokenize(r.text)
+                ids, text = self.tokenize(r.text), r.text
                 lps = [math.nan] * len(ids)
-            out.append(Generation(text=r.text, token_ids=ids, logprobs=lps, finish_reason=r.finish_reason))
+            out.append(Generation(text=text, token_ids=ids, logprobs=lps, finish_reason=r.finish_reason))
         return out
 
     def score(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[list[float]]:

@@ -5,33 +5,47 @@ Serves a trained model (or the embedded one) to tools that speak the OpenAI API,
     python -m r3l_learn.openai_server --model runs/r3l/final --port 8000
     # -> "r3l-openai-server: listening on http://127.0.0.1:8000/v1" (port 0 picks a free one)
 
+or from Python, as a child process on a free loopback port (:func:`spawn`)::
+
+    with spawn("smollm2-135m-instruct") as base_url:
+        reflector = OpenAIReflector("smollm2-135m-instruct", base_url=base_url, vllm_extensions=True)
+
 Endpoints: ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions`` (``n=1``, no streaming). Besides
-the standard fields it accepts vLLM's ``include_stop_str_in_output`` and ``return_tokens_as_token_ids`` (log-prob
-tokens written ``token_id:N``), so :class:`r3l_learn.openai_policy.OpenAIPolicy` gets the sampled ids. For real
+the standard fields it accepts vLLM's ``include_stop_str_in_output``, ``return_tokens_as_token_ids`` (log-prob
+tokens written ``token_id:N``) and ``return_token_ids`` (the prompt's and the reply's token ids), so
+:class:`r3l_learn.openai_policy.OpenAIPolicy` gets the sampled ids and can check the prompt's. For real
 throughput serve with vLLM; this server is for small models, tests and demos.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
+import selectors
+import subprocess
 import sys
+import tempfile
 import threading
 import time
+import urllib.request
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from wrappers.policy import Policy, SamplingParams
 
-__all__ = ["main", "make_server"]
+__all__ = ["READY", "main", "make_server", "spawn"]
 
 logger = logging.getLogger(__name__)
 
 _MAX_BODY = 16 << 20  # bytes of one request
+#: What :func:`main` prints once its socket listens, followed by the base URL: the readiness signal.
+READY = "r3l-openai-server: listening on "
 
 
 class _BadRequest(Exception):
@@ -158,7 +172,12 @@ def _complete(policy: Policy, name: str, request: dict[str, Any]) -> dict[str, A
     if request.get("logprobs"):
         as_ids = bool(request.get("return_tokens_as_token_ids"))
         choice["logprobs"] = {"content": _logprobs(policy, gen.token_ids, gen.logprobs, as_ids)}
+    ids: dict[str, Any] = {}
+    if request.get("return_token_ids"):  # as vLLM answers it
+        choice["token_ids"] = list(gen.token_ids)
+        ids["prompt_token_ids"] = list(prompt)
     return {
+        **ids,
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
         "created": int(time.time()),
@@ -210,13 +229,76 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     host, port = server.server_address[:2]
     # the readiness signal: printed once the socket listens, so a parent can wait on this line, not on a timer
-    print(f"r3l-openai-server: listening on http://{host}:{port}/v1", flush=True)
+    print(f"{READY}http://{host}:{port}/v1", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         server.server_close()
+
+
+@contextlib.contextmanager
+def spawn(
+    model: str,
+    *,
+    served_model_name: str | None = None,
+    dtype: str = "auto",
+    api_key: str | None = None,
+    timeout_s: float = 300.0,
+) -> Iterator[str]:
+    """Serve ``model`` from a child process (``python -m r3l_learn.openai_server`` on a free loopback port).
+
+    Yields the base URL (``http://127.0.0.1:PORT/v1``) once the server printed :data:`READY` and ``/health``
+    answers; the process is terminated (killed if it lingers) when the block exits.
+
+    Raises:
+        TimeoutError: not ready within ``timeout_s`` (loading a model on a loaded CPU takes a while).
+        RuntimeError: the process exited first; the message holds the end of its stderr.
+    """
+    argv = [sys.executable, "-m", "r3l_learn.openai_server", "--model", model, "--port", "0", "--dtype", dtype]
+    if served_model_name:
+        argv += ["--served-model-name", served_model_name]
+    if api_key:
+        argv += ["--api-key", api_key]
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=err, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+        )
+        try:
+            url = _await_ready(proc, err, timeout_s)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+
+
+def _await_ready(proc: subprocess.Popen, err: Any, timeout_s: float) -> str:
+    def stderr_tail() -> str:
+        err.seek(0)
+        return err.read()[-2000:]
+
+    deadline = time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(timeout=left):
+                raise TimeoutError(f"the model server was not ready within {timeout_s:.0f} s: {stderr_tail()}")
+            line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"the model server exited with status {proc.wait()}: {stderr_tail()}")
+            if line.startswith(READY):
+                url = line[len(READY) :].strip()
+                break
+    with urllib.request.urlopen(url.removesuffix("/v1") + "/health", timeout=max(deadline - time.monotonic(), 1)):
+        pass  # a 200: anything else raised
+    return url
 
 
 if __name__ == "__main__":

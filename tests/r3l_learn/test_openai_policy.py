@@ -173,6 +173,32 @@ def test_policy_samples_exactly_what_the_served_model_samples(server):
     assert remote.token_exact is True
 
 
+def test_a_server_whose_template_renders_other_tokens_gives_no_logprobs(server, caplog):
+    """The server returns the prompt's token ids (vLLM's return_token_ids): a client whose tokenizer's template
+    renders the same messages to other tokens than the server's gets the sampled ids but NaN log-probs (they
+    belong to another context), and a warning."""
+    from r3l_learn.models import tiny_tokenizer
+    from r3l_learn.openai_policy import OpenAIPolicy
+
+    same = OpenAIPolicy("tiny", tiny_tokenizer(), base_url=server, vllm_extensions=True, max_context=4096)
+    other_tokenizer = tiny_tokenizer()  # ChatML with a blank line after each message: invertible, but not the server's
+    template = other_tokenizer.chat_template
+    other_tokenizer.chat_template = template.replace("'<|im_end|>' + '\n'", "'<|im_end|>' + '\n\n'")
+    assert other_tokenizer.chat_template != template
+    other = OpenAIPolicy("tiny", other_tokenizer, base_url=server, vllm_extensions=True, max_context=4096)
+    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}]
+    params = SamplingParams(max_new_tokens=6, seed=1)
+    served_prompt = same.tokenize(same.render(messages, add_generation_prompt=True))
+    (exact,) = same.generate([served_prompt], params)
+    assert same.token_exact is True and not any(math.isnan(x) for x in exact.logprobs)
+    prompt = other.tokenize(other.render(messages, add_generation_prompt=True))
+    assert other.messages(prompt) == messages and prompt != served_prompt
+    (got,) = other.generate([prompt], params)
+    assert got.token_ids == exact.token_ids  # the server saw the same messages
+    assert other.token_exact is False and all(math.isnan(x) for x in got.logprobs)
+    assert "tokenised the messages differently" in caplog.text
+
+
 def test_policy_plays_episodes_for_evaluation(server):
     from r3l_learn.evaluate import evaluate
     from r3l_learn.models import tiny_tokenizer
@@ -183,7 +209,10 @@ def test_policy_plays_episodes_for_evaluation(server):
     summary, trajs = evaluate("r3ltest/Corridor-v0", exact, episodes=2, split="train", config=config, progress=False)
     assert summary.episodes == 2 and all(t.num_turns == 3 for t in trajs)
     assert all(t.metadata["policy"] == "openai:tiny" for t in trajs)
-    assert not any(math.isnan(x) for t in trajs for x in t.behavior_logprobs)
+    # first turns are exact; a later prompt holds the random model's earlier replies, often bytes that are not
+    # UTF-8: sent as text, the server tokenises their replacement characters, so it samples after another context
+    # and those log-probs are NaN (it returns the prompt's ids: the client compares)
+    assert not any(math.isnan(x) for t in trajs for x in t.turns[0].logprobs)
     # a server that returns no ids (a hosted API, vLLM without the extension): replies re-tokenised, NaN log-probs
     plain = OpenAIPolicy("tiny", tiny_tokenizer(), base_url=server, max_context=4096)
     import gymnasium as gym
