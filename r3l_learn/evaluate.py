@@ -1,7 +1,8 @@
 """Evaluate a policy on an env: batched rollouts, a summary (success, score, turns, tokens), and JSONL output.
 
-Progress shows within episodes (the turn being generated, tokens so far), and Ctrl-C stops cleanly: the
-episodes finished so far are summarised and written, then :class:`EvaluationInterrupted` is raised.
+Progress shows within episodes (the turn being generated, tokens so far; :mod:`r3l_learn.progress`), and Ctrl-C
+stops cleanly: the episodes finished so far are summarised and written, then :class:`EvaluationInterrupted` is
+raised.
 """
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
+from r3l_learn.progress import Phase, phase
 from wrappers import AgentEpisode, Policy, RolloutConfig, Trajectory, rollout_batch, save_jsonl
 
 __all__ = ["EvalSummary", "EvaluationInterrupted", "evaluate", "load_policy"]
@@ -128,16 +130,20 @@ def evaluate(
     env_kwargs: dict[str, Any] | None = None,
     out: str | Path | None = None,
     progress: bool = True,
+    desc: str | None = None,
 ) -> tuple[EvalSummary, list[Trajectory]]:
     """Play ``episodes`` episodes of ``env_id`` (episode i resets with seed ``seed + i``), ``batch_size`` at
     a time with generation batched across them; optionally write the trajectories to ``out`` (JSONL).
 
-    With ``progress``, a bar counts finished episodes and its postfix says which turn of the current batch is
-    being generated and how many tokens have been, so a slow model shows it is alive. On Ctrl-C the episodes
-    finished so far (those of the interrupted batch included) are summarised and written to ``out``, and
+    With ``progress`` (see :mod:`r3l_learn.progress`), content the episodes need that is not cached yet (TextWorld
+    games) is built first under a bar of its own; then a bar named ``desc`` (default: the env id) counts finished
+    episodes, and its postfix says which turn of the current batch is being generated and how many tokens have
+    been, after every round (on a terminal, also the tokens the model has scored or generated within the round).
+    Off a terminal, each of the two writes a start and an end line instead. On Ctrl-C the episodes finished so far
+    (those of the interrupted batch included) are summarised and written to ``out``, and
     :class:`EvaluationInterrupted` (a ``KeyboardInterrupt``) carries them to the caller.
     """
-    from tqdm import tqdm
+    from r3l_learn.prebuild import has_content_to_build, prebuild, reset_task_ids
 
     if episodes < 1 or batch_size < 1:
         raise ValueError(f"episodes and batch_size must be >= 1, got {episodes} and {batch_size}")
@@ -146,8 +152,12 @@ def evaluate(
     live: list[AgentEpisode] = []  # the running batch's episodes, as of its last round
     start = time.perf_counter()
     try:
-        with tqdm(total=episodes, desc=env_id, unit="ep", disable=not progress) as bar:
-            show = _Progress(bar, trajs, live)
+        if has_content_to_build(env_id):
+            tasks = reset_task_ids(envs[0], range(seed, seed + episodes)) or []
+            prebuild(env_id, env_kwargs, {split: tasks}, progress=progress)
+        desc = desc or env_id
+        with phase(desc, total=episodes, unit="ep", enabled=progress, status=_work_done(policy)) as bar:
+            show = _Progress(bar, trajs, live, (config or RolloutConfig()).max_turns)
             for first in range(0, episodes, len(envs)):
                 k = min(len(envs), episodes - first)
                 seeds = [seed + first + i for i in range(k)]
@@ -156,6 +166,7 @@ def evaluate(
                 live.clear()
                 trajs.extend(batch)
                 bar.update(k)
+            show.finish()
     except KeyboardInterrupt:
         trajs.extend(ep.trajectory for ep in live if ep.done)
         summary = _summarise(env_id, split, trajs, time.perf_counter() - start, interrupted=True)
@@ -179,24 +190,44 @@ def _write(out: str | Path | None, trajs: list[Trajectory]) -> None:
 class _Progress:
     """The bar's postfix, updated after every round of a batch (``rollout_batch(on_round=...)``)."""
 
-    def __init__(self, bar: Any, finished: list[Trajectory], live: list[AgentEpisode]):
-        self.bar, self.finished, self.live = bar, finished, live
+    def __init__(self, bar: Phase, finished: list[Trajectory], live: list[AgentEpisode], max_turns: int | None):
+        self.bar, self.finished, self.live, self.max_turns = bar, finished, live, max_turns
         self.rounds = 0
+        self.updates = 0  # postfixes shown: one per batch start and one per round
 
     def start_batch(self) -> None:
         self.rounds = 0
-        self._show()
+        self._show(self.rounds + 1)
 
     def __call__(self, episodes: Sequence[AgentEpisode]) -> None:
         self.live[:] = episodes
         self.rounds += 1
-        self._show()
+        self._show(self.rounds + 1)
 
-    def _show(self) -> None:
+    def finish(self) -> None:
+        """The end of the eval: the last round's numbers, without a turn that will not come."""
+        self._show(None)
+
+    def _show(self, turn: int | None) -> None:
         done = [*self.finished, *(e.trajectory for e in self.live if e.done)]
         tokens = sum(len(turn.token_ids) for t in self.finished for turn in t.turns)
         tokens += sum(len(turn.token_ids) for e in self.live for turn in e.trajectory.turns)
-        fields = {"turn": self.rounds + 1, "tokens": tokens}
+        fields: dict[str, Any] = {}
+        # the turn budget: the rollout config's, else the episodes' own (known once a batch has played a round)
+        self.max_turns = self.max_turns or max((e.max_turns for e in self.live), default=None)
+        most = self.max_turns
+        if turn is not None:
+            fields["turn"] = turn if most is None else f"{min(turn, most)}/{most}"
+        fields["tokens"] = tokens
         if done:
             fields["success"] = f"{sum(t.won for t in done) / len(done):.2f}"
-        self.bar.set_postfix(fields)
+        self.updates += 1
+        self.bar.set_postfix(**fields)
+
+
+def _work_done(policy: Policy) -> Callable[[], str] | None:
+    """A live counter of the tokens ``policy`` has scored or generated (within a long round), if it keeps one."""
+    if not hasattr(policy, "tokens_done"):
+        return None
+    start = policy.tokens_done
+    return lambda: f"model tokens={policy.tokens_done - start}"

@@ -20,6 +20,7 @@ import torch
 from r3l_learn.chat_io import HFTokenizerIO
 from r3l_learn.device import native_dtype, resolve_dtype
 from r3l_learn.models import resolve_model
+from r3l_learn.progress import phase
 from r3l_learn.prompt_cache import PromptCache, with_cache
 from wrappers.policy import Generation, SamplingParams
 
@@ -59,6 +60,9 @@ class HFPolicy(HFTokenizerIO):
         # Lower-precision compute for fp32 weights (the learner's bf16 autocast also covers its rollouts):
         # None computes in the weights' dtype.
         self.autocast: torch.dtype | None = None
+        # Tokens generated or scored so far: a progress probe that grows within a long round (a bar's live status
+        # reads it from another thread; only this policy's calls write it).
+        self.tokens_done = 0
 
     @classmethod
     def from_pretrained(
@@ -70,8 +74,9 @@ class HFPolicy(HFTokenizerIO):
 
         dtype = resolve_dtype(dtype, device)
         folder = resolve_model(name_or_path)
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=_DTYPES[dtype]).to(device)
+        with phase(f"loading {name_or_path} ({dtype}, {device})"):
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=_DTYPES[dtype]).to(device)
         return cls(model, tokenizer, max_context=max_context, name=str(name_or_path))
 
     @property
@@ -112,7 +117,9 @@ class HFPolicy(HFTokenizerIO):
         new = out.sequences[:, input_ids.shape[1] :]
         logits = torch.stack(out.logits, dim=1).float()  # raw logits: (batch, new, vocab)
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
-        return [self._finish(new[i].tolist(), logprobs[i].tolist(), params) for i in range(len(prompts))]
+        done = [self._finish(new[i].tolist(), logprobs[i].tolist(), params) for i in range(len(prompts))]
+        self.tokens_done += sum(len(g.token_ids) for g in done)
+        return done
 
     def shared_prefix(self, prompts: Sequence[Sequence[int]]) -> int:
         """How many leading tokens :meth:`generate` runs once for the whole batch: the prompts' longest common
@@ -199,11 +206,13 @@ class HFPolicy(HFTokenizerIO):
                 pairs = [(list(prompts[i]), list(continuations[i])) for i in singles]
                 for i, lp in zip(singles, self._score_on_shared_prefix(pairs, shared)):
                     out[i] = lp
+                self.tokens_done += sum(len(continuations[i]) for i in singles)
             for prompt, members in groups.items():
                 if members[0] not in batched:
                     scored = self._score_shared_prompt(list(prompt), [list(continuations[i]) for i in members])
                     for i, lp in zip(members, scored):
                         out[i] = lp
+                    self.tokens_done += sum(len(continuations[i]) for i in members)
         return out
 
     def _score_on_shared_prefix(self, pairs: list[tuple[list[int], list[int]]], shared: int) -> list[list[float]]:

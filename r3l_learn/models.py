@@ -15,6 +15,7 @@ from typing import Any
 
 from r3l_envs.cache import build_dir_once, cache_root
 from r3l_learn.errors import ModelNotFoundError
+from r3l_learn.progress import phase
 
 __all__ = ["DEFAULT_MODEL", "EMBEDDED_MODELS", "resolve_model", "tiny_model", "tiny_tokenizer"]
 
@@ -63,9 +64,11 @@ def resolve_model(name_or_path: str | Path) -> Path:
     spec = EMBEDDED_MODELS[key]
     gguf = _embedded_gguf(spec)
     target = cache_root() / "models" / f"{key}-r{spec.revision}"
-    if not target.is_dir():
-        logger.info("converting %s from %s into %s (once)", key, gguf, target)
-    return build_dir_once(target, lambda tmp: _convert_gguf(gguf, tmp))
+    if target.is_dir():
+        return target
+    logger.info("converting %s from %s into %s (once)", key, gguf, target)
+    with phase(f"converting {key} from GGUF to a transformers model (one-time; cached in {target.parent})"):
+        return build_dir_once(target, lambda tmp: _convert_gguf(gguf, tmp))
 
 
 def _embedded_gguf(spec: EmbeddedModel) -> Path:
@@ -83,6 +86,19 @@ def _embedded_gguf(spec: EmbeddedModel) -> Path:
 
 
 def _convert_gguf(gguf: Path, out: Path) -> None:
+    from transformers.utils import logging as hf_logging
+
+    # the conversion's own phase reports it: transformers' inner bars would only interleave with it
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        _convert(gguf, out)
+    finally:
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
+
+
+def _convert(gguf: Path, out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -35,6 +35,8 @@ from r3l_learn.device import resolve_autocast
 from r3l_learn.errors import R3LLearnError
 from r3l_learn.evaluate import EvalSummary, evaluate
 from r3l_learn.metrics import MetricsLogger, read_metrics
+from r3l_learn.prebuild import has_content_to_build, prebuild, reset_task_ids
+from r3l_learn.progress import phase, progress_default
 from r3l_learn.prompt_cache import PromptCache
 from r3l_learn.train_setup import (
     TaskStream,
@@ -114,6 +116,11 @@ def train(
         on_step: callbacks run after every optimiser step with a :class:`StepInfo`; the metrics they return are
             logged with the step's (a name the step already logs is an error).
     """
+    with progress_default(config.progress):  # phases deep in the loading code (model conversion) obey it too
+        return _train(config, resume, collector, on_step)
+
+
+def _train(config: TrainConfig, resume: bool, collector: Collector | None, on_step: Sequence[OnStep]) -> TrainResult:
     run = _build(config)
     if resume:
         run.completed, run.eval_before = resume_state(config, run.model, run.optimizer, run.stream)
@@ -157,6 +164,9 @@ class _Run:
     owns_collector: bool = False
     ray_started: bool = False  # this run started Ray (and stops it at the end)
     builder: GroupBuilder | None = None
+    doing: str = ""  # what the current step is doing, for the progress bar's live status
+    tokens_at_step: int = 0  # the player's tokens_done when the step's collection began
+    backwards: int = 0  # micro-batches backpropagated in the current update
 
     @property
     def out(self) -> Path:
@@ -207,10 +217,20 @@ def _open(run: _Run, collector: Collector | None) -> None:
     run.out.mkdir(parents=True, exist_ok=True)
     (run.out / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
     run.log = MetricsLogger(run.out, tensorboard=config.tensorboard)
-    run.ray_started = connect_ray(config) if config.ray is not None else False
-    run.player = rollout_policy(config, run.policy)
+    if config.ray is not None:
+        with phase(f"starting Ray ({config.ray})"):
+            run.ray_started = connect_ray(config)
+    if config.ray_generation or config.rollout_backend != "hf":
+        with phase("starting the generation actor" if config.ray_generation else "starting the vLLM engine"):
+            run.player = rollout_policy(config, run.policy)
+    else:
+        run.player = rollout_policy(config, run.policy)
     run.owns_collector = collector is None
-    run.collector = _make_collector(config) if collector is None else collector
+    if collector is None and config.ray is not None:
+        with phase(f"starting {config.ray_workers} Ray env workers"):
+            run.collector = _make_collector(config)
+    else:
+        run.collector = _make_collector(config) if collector is None else collector
     run.builder = make_group_builder(
         run.collector,
         run.player,
@@ -259,38 +279,77 @@ def _make_collector(config: TrainConfig) -> Collector:
 
 
 def _loop(run: _Run, on_step: list[OnStep]) -> bool:
-    """The eval before, then step after step with checkpoints and evals between; True if Ctrl-C stopped it."""
-    from tqdm import tqdm
-
+    """The games compiled, the eval before, then step after step with checkpoints and evals between; True if
+    Ctrl-C stopped it."""
     config = run.config
-    bar = tqdm(
-        total=config.steps, initial=run.completed, desc=f"{run.algo.name} {config.env}", disable=not config.progress
-    )
     try:
         with Interrupts() as interrupts:
+            _prebuild(run)
             if run.completed == 0 and config.eval_episodes and config.eval_before:
                 run.eval_before = _eval(config, run.player, 0, run.log)
             elif _periodic_eval_missed(run):  # interrupted between the step and its eval: make the eval now
                 _eval(config, run.player, run.completed, run.log)
-            for step in range(run.completed, config.steps):
-                _train_step(run, step, interrupts, on_step)
-                bar.update(1)
-                bar.set_postfix(
-                    reward=f"{run.metrics['train/reward']:.2f}", success=f"{run.metrics['train/success']:.2f}"
-                )
-                if config.checkpoint_every and run.completed % config.checkpoint_every == 0:
-                    _save(run)
-                if _periodic_eval_due(config, run.completed):
-                    _eval(config, run.player, run.completed, run.log)
+            desc = f"training {run.algo.name} on {config.env}"
+            with phase(desc, total=config.steps, unit="step", status=_step_status(run)) as bar:
+                bar.update(run.completed)
+                for step in range(run.completed, config.steps):
+                    _train_step(run, step, interrupts, on_step)
+                    bar.update(1)
+                    bar.set_postfix(
+                        reward=f"{run.metrics['train/reward']:.2f}", success=f"{run.metrics['train/success']:.2f}"
+                    )
+                    if config.checkpoint_every and run.completed % config.checkpoint_every == 0:
+                        _save(run)
+                    if _periodic_eval_due(config, run.completed):
+                        _eval(config, run.player, run.completed, run.log)
     except KeyboardInterrupt:
         logger.warning("interrupted: saving a checkpoint of the last completed step (%d)", run.completed)
         return True
     finally:
-        bar.close()
         run.builder.close()
         if run.owns_collector:
             run.collector.close()
     return False
+
+
+#: At most this many train tasks' games are compiled before the first step (the rest as their steps play them).
+PREBUILD_TRAIN_TASKS = 256
+
+
+def _prebuild(run: _Run) -> None:
+    """Compile, in parallel and under a bar, the content the run will play that is not cached yet: the games of
+    its evals and of its (first) training steps. Without this, a fresh cache compiles them inside the eval's
+    resets, with nothing to show for minutes."""
+    config = run.config
+    if not has_content_to_build(config.env):
+        return
+    ahead = TaskStream(run.stream.task_ids, run.stream.seed, run.stream.cursor)
+    todo = (config.steps - run.completed) * config.tasks_per_step
+    tasks: dict[str, list[str]] = {config.train_split: ahead.take(min(todo, PREBUILD_TRAIN_TASKS))}
+    if config.eval_episodes:
+        env = gym.make(config.env, split=config.eval_split, **config.env_kwargs)
+        try:
+            first = _eval_seed(config)
+            tasks.setdefault(config.eval_split, []).extend(
+                reset_task_ids(env, range(first, first + config.eval_episodes)) or []
+            )
+        finally:
+            env.close()
+    prebuild(config.env, config.env_kwargs, tasks, progress=config.progress)
+
+
+def _step_status(run: _Run) -> Callable[[], str]:
+    """The training bar's live status: which part of the step runs, and how far it got (tokens the policy scored
+    or generated while collecting; micro-batches backpropagated while updating)."""
+
+    def status() -> str:
+        if run.doing == "collecting" and hasattr(run.player, "tokens_done"):
+            return f"collecting: model tokens={run.player.tokens_done - run.tokens_at_step}"
+        if run.doing == "updating":
+            return f"updating: micro-batches={run.backwards}"
+        return run.doing
+
+    return status
 
 
 def _periodic_eval_due(config: TrainConfig, completed: int) -> bool:
@@ -315,11 +374,14 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
     config = run.config
     t0, c0 = time.perf_counter(), time.process_time()
     run.model.eval()
+    run.doing, run.tokens_at_step = "collecting", getattr(run.player, "tokens_done", 0)
     groups = run.builder.collect(run.stream.take(config.tasks_per_step), seed=config.seed * 100_003 + step)
     t1, c1 = time.perf_counter(), time.process_time()
     rows = rows_from_groups(groups, run.algo, hyper=run.hyper)
     with interrupts.critical():  # a Ctrl-C here waits until the step is applied and logged
+        run.doing, run.backwards = "updating", 0
         upd, grad_norm, ok = _update(run, rows)
+        run.doing = "logging"
         run.completed, run.cursor = step + 1, run.stream.cursor
         times = (t0, t1, time.perf_counter()), (c0, c1, time.process_time())
         metrics = _step_metrics(groups, run.algo, upd, grad_norm, ok, times)
@@ -348,15 +410,21 @@ def _update(run: _Run, rows: Any) -> tuple[Any, float, bool]:
     model, optimizer = run.model, run.optimizer
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    upd = accumulate_gradients(
-        model,
-        rows,
-        run.loss,
-        micro_batch_size=run.config.micro_batch_size,
-        pad_id=run.policy.pad_token_id,
-        ref_fn=run.ref_fn,
-        autocast=run.autocast,
-    )
+    # one gradient per backward pass reaches any trainable leaf: counting them counts the micro-batches done
+    first = next(p for p in model.parameters() if p.requires_grad)
+    hook = first.register_hook(lambda grad: _count_backward(run, grad))
+    try:
+        upd = accumulate_gradients(
+            model,
+            rows,
+            run.loss,
+            micro_batch_size=run.config.micro_batch_size,
+            pad_id=run.policy.pad_token_id,
+            ref_fn=run.ref_fn,
+            autocast=run.autocast,
+        )
+    finally:
+        hook.remove()
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), run.config.grad_clip))
     ok = upd.finite and math.isfinite(grad_norm)
     if ok:
@@ -366,6 +434,11 @@ def _update(run: _Run, rows: Any) -> tuple[Any, float, bool]:
     optimizer.zero_grad(set_to_none=True)
     model.eval()
     return upd, grad_norm, ok
+
+
+def _count_backward(run: _Run, grad: torch.Tensor) -> torch.Tensor:
+    run.backwards += 1
+    return grad
 
 
 def _save(run: _Run) -> None:
@@ -420,8 +493,14 @@ def _is_math(env_id: str) -> bool:
     return env_info(env_id).is_math
 
 
+def _eval_seed(config: TrainConfig) -> int:
+    """The reset seed of the evals' first episode: the same held-out episodes at every eval."""
+    return 10_000 + config.seed
+
+
 def _eval(config: TrainConfig, policy: Any, step: int, log: MetricsLogger) -> EvalSummary:
     wall, cpu = time.perf_counter(), time.process_time()
+    when = "before training" if step == 0 else f"after step {step}" if step < config.steps else "after training"
     summary, trajs = evaluate(
         config.env,
         policy,
@@ -429,9 +508,10 @@ def _eval(config: TrainConfig, policy: Any, step: int, log: MetricsLogger) -> Ev
         split=config.eval_split,
         config=rollout_config(config, config.eval_temperature),
         batch_size=config.eval_batch_size,
-        seed=10_000 + config.seed,  # the same held-out episodes at every eval
+        seed=_eval_seed(config),
         env_kwargs=config.env_kwargs,
-        progress=False,
+        progress=config.progress,
+        desc=f"eval {when}",
     )
     metrics = {"eval/success_rate": summary.success_rate, "eval/mean_score": summary.mean_score}
     metrics["eval/mean_reward"] = summary.mean_reward

@@ -19,7 +19,8 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,10 @@ __all__ = [
     "SPLIT_SEED_OFFSET",
     "GameSpec",
     "build_game",
+    "build_games",
     "choose_candidate",
     "game_content",
+    "missing_games",
 ]
 
 logger = logging.getLogger(__name__)
@@ -107,6 +110,46 @@ def build_game(spec: GameSpec) -> Path:
     """
     folder = build_dir_once(spec.folder(), lambda tmp: _compile_in_subprocess(spec, tmp))
     return folder / "game.z8"
+
+
+def build_games(
+    specs: Iterable[GameSpec], *, jobs: int | None = None, on_built: Callable[[GameSpec], None] | None = None
+) -> dict[GameSpec, Path]:
+    """Build every game of ``specs`` that the cache lacks, ``jobs`` at a time; the ``game.z8`` path of each spec.
+
+    Each build is a child process (see :func:`build_game`), so threads here run them in parallel; the games are
+    the same as built one by one (a game is a function of its spec, and each entry is written by one builder).
+    ``on_built(spec)`` runs on the calling thread once per distinct spec that was missing, as it is finished.
+
+    Args:
+        jobs: builds at a time; ``None``: one per CPU core (compiling is CPU-bound).
+
+    Raises:
+        SplitExhaustedError, RuntimeError: as :func:`build_game`; the builds already started are finished first.
+    """
+    unique = list(dict.fromkeys(specs))
+    missing = missing_games(unique)
+    paths = {spec: spec.folder() / "game.z8" for spec in unique if spec not in missing}
+    if not missing:
+        return paths
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(missing)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="textworld-build") as pool:
+        futures = {pool.submit(build_game, spec): spec for spec in missing}
+        try:
+            for future in as_completed(futures):
+                paths[futures[future]] = future.result()
+                if on_built is not None:
+                    on_built(futures[future])
+        except BaseException:
+            for future in futures:
+                future.cancel()  # the builds under way finish (and stay cached); the queued ones do not start
+            raise
+    return {spec: paths[spec] for spec in unique}
+
+
+def missing_games(specs: Iterable[GameSpec]) -> list[GameSpec]:
+    """The distinct specs of ``specs`` whose game is not in the cache yet (what :func:`build_games` would build)."""
+    return [spec for spec in dict.fromkeys(specs) if not spec.folder().is_dir()]
 
 
 def game_content(game: Any) -> dict[str, list[str]]:

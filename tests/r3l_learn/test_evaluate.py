@@ -1,7 +1,9 @@
 """evaluate(): progress within episodes, and Ctrl-C that keeps the finished episodes."""
 
+import io
 import os
 import signal
+import sys
 
 import gymnasium as gym
 import pytest
@@ -69,14 +71,22 @@ def test_an_uninterrupted_run_is_not_marked():
     assert not summary.interrupted and "interrupted" not in summary.lines()[0] and len(trajs) == 2
 
 
-def test_progress_shows_turns_and_tokens_within_an_episode(capsys):
-    """A batch whose episodes all take 3 turns reports each round, not only finished episodes."""
+def test_progress_shows_turns_and_tokens_within_an_episode(monkeypatch):
+    """A batch whose episodes all take 3 turns reports each round, not only finished episodes (on a terminal: off
+    one, each phase writes a start and an end line, tests/r3l_learn/test_progress.py)."""
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    err = Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
     solver = CountdownSolver([1, 2], wrong=True)  # wrong answers: 3 attempts each
     evaluate("r3l/Countdown-v0", ScriptedPolicy(solver), episodes=2, seed=1, progress=True)
-    err = capsys.readouterr().err
+    text = err.getvalue()
     for turn in (1, 2, 3):
-        assert f"turn={turn}" in err
-    assert "tokens=0" in err and "success=0.00" in err
+        assert f"turn={turn}" in text
+    assert "tokens=0" in text and "success=0.00" in text
 
 
 def test_on_round_sees_every_round():
