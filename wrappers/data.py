@@ -27,6 +27,7 @@ older versions are upgraded as they are read.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import json
 import os
@@ -335,7 +336,13 @@ def _encode_checkpoint(ckpt: Checkpoint | None) -> str | None:
 
 
 def _decode_checkpoint(text: str | None) -> Checkpoint | None:
-    return None if text is None else Checkpoint.from_bytes(base64.b64decode(text))
+    if text is None:
+        return None
+    try:
+        data = base64.b64decode(text, validate=True)
+    except binascii.Error as exc:
+        raise DataFormatError(f"a turn's checkpoint is not base64 ({exc})") from None
+    return Checkpoint.from_bytes(data)
 
 
 # ---------------------------------------------------------------------------------------------- old versions

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from wrappers import RolloutConfig, SamplingParams, load_jsonl, save_jsonl
-from wrappers.data import FORMAT_VERSION
+from wrappers.data import FORMAT_VERSION, DataFormatError
 from wrappers.export import from_hf_dataset, groups_schema, to_hf_dataset, to_rows
 from wrappers.oracle import OracleReflector
 from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
@@ -223,3 +223,20 @@ def test_guided_mask_column_and_the_old_to_dataset_delegates(groups):
     old = to_dataset([groups[0], trajectories[-1]])  # groups and bare trajectories, as before
     assert old["group"] == [0] * len(groups[0].trajectories) + [1]
     assert old["messages"][0] == trajectories[0].messages  # chat messages as lists, not JSON text
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "why"),
+    [
+        ("loss_mask", [1], r"row 0: loss_mask: 1 value for \d+ token_ids"),
+        ("reward", "1", r"row 0: reward: expected a number, got a string '1'"),
+        ("turns_json", "[" * 100_000, r"row 0: not a record: JSON nested deeper than 64 levels"),
+        ("metadata_json", '{"reflection": "text"}', r"row 0: metadata\.reflection: expected an object or null"),
+    ],
+)
+def test_rows_are_checked_as_jsonl_records_are(groups, column, value, why):
+    rows = to_rows(groups[:1])
+    assert from_hf_dataset(rows) == groups[0].trajectories
+    rows[0][column] = value
+    with pytest.raises(DataFormatError, match=why):
+        from_hf_dataset(rows)

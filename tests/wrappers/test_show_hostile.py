@@ -4,6 +4,7 @@ its line and depth bounds, and wrapping grows linearly with the text."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import time
@@ -18,7 +19,7 @@ from wrappers import Sample, Trajectory, TrajectoryGroup, Turn, save_jsonl
 from wrappers.data import DataFormatError, load_jsonl
 from wrappers.jsonl import nesting
 from wrappers.safe_text import UNSAFE, printable, wrap
-from wrappers.show import load_viewable, render_html, render_text
+from wrappers.show import load_viewable, pairs, render_html, render_text
 
 #: Terminal attacks: a window title, an OSC 52 clipboard write, a screen clear, an 8-bit CSI, a bell, a NUL, a
 #: right-to-left override and isolate, a carriage return and backspace that overwrite text, a C1 NEL, a line
@@ -381,3 +382,21 @@ def test_fuzz_any_text_in_any_field_renders_printably(tmp_path_factory, text, ma
     path = tmp_path_factory.mktemp("fuzz") / "g.jsonl"
     save_jsonl(path, items)
     assert_renders_printably(load_viewable(path))  # and through the file, lossless
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "why"),
+    [
+        (base64.b64encode(b"R3LCKPT\0" + b"junk" * 10).decode(), r"a turn's checkpoint cannot be read \(.+\)$"),
+        ("not base64!", r"a turn's checkpoint is not base64 \(.+\)$"),
+    ],
+)
+def test_the_viewer_never_decodes_checkpoints_and_the_reader_reports_a_bad_one(tmp_path, checkpoint, why):
+    bad = record()
+    bad["trajectories"][0]["turns"][0]["checkpoint"] = checkpoint
+    path = tmp_path / "ckpt.jsonl"
+    write_lines(path, bad)
+    [(base, retry)] = pairs(load_viewable(path)[0])
+    assert base.turns[0].checkpoint is None and retry is not None
+    with pytest.raises(DataFormatError, match=r"line 1: " + why):
+        list(load_jsonl(path))
