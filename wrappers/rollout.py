@@ -116,7 +116,8 @@ def rollout_batch(
             ``config.env_workers`` threads), or a :class:`wrappers.collector.Collector` whose slots
             ``0..n-1`` play the ``n`` episodes that ``seeds``/``task_ids`` ask for.
         config: how to play; defaults to :class:`RolloutConfig()`.
-        seeds, task_ids: per-env reset seed and task (``None`` entries draw from the env's RNG).
+        seeds: per-env reset seeds (``None`` entries draw from the env's RNG).
+        task_ids: per-env tasks (``None`` entries draw from the env's RNG).
         seed: seeds sampling; the same seed, envs and policy give the same trajectories.
         on_round: called with the episodes after every round (see :func:`play`).
     """
