@@ -254,13 +254,14 @@ def _check_list(value: list[Any], node: dict[str, Any], name: str, depth: int, m
 
 def _scalars_ok(values: list[Any], node: dict[str, Any]) -> bool:
     """Whether every value passes a scalar ``node``, in one pass; the caller names the first that does not."""
-    kind = node["type"]
+    kind, types = node["type"], set(map(type, values))  # the types, in C: no Python call per value
     if kind == "integer":
-        ok = all(type(v) is int for v in values)
+        ok = types <= {int}
     elif kind == "number":
-        ok = all(type(v) is float or (type(v) is int and -_FLOAT_MAX <= v <= _FLOAT_MAX) for v in values)
+        ok = types <= {int, float}
+        ok = ok and (int not in types or all(-_FLOAT_MAX <= v <= _FLOAT_MAX for v in values if type(v) is int))
     elif kind == "string":
-        ok = all(type(v) is str for v in values)
+        ok = types <= {str}
     else:
         return False
     if ok and values and "enum" in node and kind != "number":
