@@ -335,11 +335,18 @@ def _layers(tw: Any) -> tuple[Any, Any, Any]:
 
 
 def _frotz_of(tw: Any) -> Any:
-    """jericho's FrotzEnv inside the engine ``tw`` (``None`` before it loads a game)."""
+    """jericho's FrotzEnv inside the engine ``tw`` (``None`` before it loads a game).
+
+    Walks the layers' ``__dict__``s: TextWorld's wrappers forward unknown attributes down the stack, so a plain
+    ``hasattr`` on each layer costs a chain of failed lookups, and this runs on every step.
+    """
     layer = tw
-    while layer is not None and not hasattr(layer, "_jericho"):
-        layer = getattr(layer, "_wrapped_env", None)
-    return None if layer is None else layer._jericho
+    while layer is not None:
+        found = vars(layer)
+        if "_jericho" in found:
+            return found["_jericho"]
+        layer = found.get("_wrapped_env")
+    return None
 
 
 def _halt(tw: Any) -> None:

@@ -20,8 +20,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["WATCHDOG", "EngineWatchdog", "Guard"]
@@ -56,21 +55,23 @@ class EngineWatchdog:
         self._sleeping_until: float | None = None  # None: idle (nothing armed) or not started
         self._thread: threading.Thread | None = None
 
-    @contextmanager
-    def guard(self, budget_s: float, halt: Callable[[], None]) -> Iterator[Guard]:
-        """Watch the engine call made inside the ``with`` block.
+    def guard(self, budget_s: float, halt: Callable[[], None]) -> _Watched:
+        """Watch the engine call made inside ``with watchdog.guard(...) as guard:``.
 
         Args:
             budget_s: seconds the call may take; past them ``halt()`` is called from the watchdog's thread (and
                 again every 50 ms until the block ends).
             halt: stops the engine (sets its ``emulator_halted``); must be safe to call from another thread.
 
-        Yields:
-            The :class:`Guard`; read ``fired`` after the block to learn whether the engine was halted.
+        Returns:
+            A context manager whose ``__enter__`` gives the :class:`Guard`; read ``fired`` after the block to
+            learn whether the engine was halted.
         """
+        return _Watched(self, Guard(time.monotonic() + budget_s, halt))
+
+    def _arm(self, guard: Guard) -> int:
         if self._pid != os.getpid():  # a forked child has the lock and dict, but not the thread
             self._start_fresh()
-        guard = Guard(time.monotonic() + budget_s, halt)
         with self._cond:
             token = next(self._tokens)
             self._armed[token] = guard
@@ -79,11 +80,11 @@ class EngineWatchdog:
                 self._thread.start()
             elif self._sleeping_until is None or guard.deadline < self._sleeping_until:
                 self._cond.notify()
-        try:
-            yield guard
-        finally:
-            with self._cond:  # after this, the thread can no longer fire this guard: `fired` is final
-                del self._armed[token]
+        return token
+
+    def _disarm(self, token: int) -> None:
+        with self._cond:  # after this, the thread can no longer fire this guard: `fired` is final
+            del self._armed[token]
 
     def _watch(self) -> None:
         with self._cond:
@@ -106,6 +107,22 @@ class EngineWatchdog:
                     guard.halt()
                 except Exception:  # a halt that fails must not kill the thread that guards every engine
                     logger.exception("halting an engine failed")
+
+
+class _Watched:
+    """The ``with`` block of one :meth:`EngineWatchdog.guard` (a class: cheaper than a generator per step)."""
+
+    __slots__ = ("_guard", "_token", "_watchdog")
+
+    def __init__(self, watchdog: EngineWatchdog, guard: Guard) -> None:
+        self._watchdog, self._guard, self._token = watchdog, guard, -1
+
+    def __enter__(self) -> Guard:
+        self._token = self._watchdog._arm(self._guard)
+        return self._guard
+
+    def __exit__(self, *exc: object) -> None:
+        self._watchdog._disarm(self._token)
 
 
 #: The process's watchdog (its thread starts with the first guarded call).
