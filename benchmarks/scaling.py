@@ -211,7 +211,8 @@ def paper(results: dict, args) -> list[str]:
         "scripted batch's env steps per episode, capped by this page's turn limits; real episodes may be longer, "
         "and every cost below grows with it); half the samples are retries, each starting with one restore; "
         "every env call costs what it cost here locally (a loaded core) and, through Ray, its measured round trip "
-        "on top; a ScienceWorld JVM holds ~0.93 GiB (issue 17's measure); generation is not counted (the GPUs' "
+        "on top; a ScienceWorld JVM holds ~0.93 GiB (measured in the ScienceWorld section); generation is not "
+        "counted (the GPUs' "
         "part: env work only has to hide under it). One driver dispatches every call; its rate is this page's "
         f"no-op ceiling through Ray, {ceiling:.0f} calls/s on 2 loaded cores.",
         "",

@@ -34,7 +34,7 @@ from r3l_envs.errors import (
 
 __all__ = ["INFO_KEYS", "MAX_TEXT", "EnvInfo", "TextEnv", "TextSpace", "observation_digest"]
 
-#: Keys every ``info`` dict has (DESIGN.md, "The public contract").
+#: Keys every ``info`` dict has (the public contract of every r3l env).
 INFO_KEYS = ("task_id", "task", "admissible_actions", "won", "score", "step")
 
 #: Longest observation or action the spaces admit, in characters.

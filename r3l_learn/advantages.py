@@ -53,7 +53,7 @@ def group_mean(values: torch.Tensor, dense_index: torch.Tensor) -> torch.Tensor:
 def r3l_advantage(
     rewards: torch.Tensor, group_index: torch.Tensor, *, alpha: float = 3.0, max_reward: float = 1.0
 ) -> torch.Tensor:
-    """R³L's positive amplification (R3L.md §3): with ``A = r - mean_group(r)`` (no std normalisation),
+    """R³L's positive amplification (arXiv 2601.03715): with ``A = r - mean_group(r)`` (no std normalisation),
     ``α`` for a full success (``r >= max_reward``), ``α·A`` where ``A > 0``, and ``A`` otherwise.
 
     A group where every member succeeds still pushes them up (α each); an all-failure group of equal rewards

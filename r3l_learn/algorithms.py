@@ -10,7 +10,7 @@ name                          groups           advantage    objective     pivot 
 ``raft``                      N plain samples  ``raft``     ``reinforce``  —             —      0
 ============================  ===============  ===========  ============  =============  =====  ============
 
-R³L's ablations are the same composition with one part swapped (R3L.md §5): ``no_pivot_credit`` keeps every
+R³L's ablations are the same composition with one part swapped (the paper's ablations): ``no_pivot_credit`` keeps every
 agent token in the loss, ``no_amplification`` uses the plain mean baseline (Â = A), ``no_reflect_retry``
 samples N plain rollouts per task (amplification kept, no auxiliary samples), ``retry_from_scratch`` replays each
 retry from turn 0 with the same guidance instead of restoring the pivot (a Reflect-GRPO-style retry at the same
@@ -48,7 +48,7 @@ class Algorithm:
         advantage: a name in :data:`r3l_learn.advantages.ADVANTAGES`.
         objective: a name in :data:`r3l_learn.losses.OBJECTIVES`.
         reflect_retry: build groups with :class:`wrappers.ReflectRetry` (else N independent rollouts).
-        pivotal_credit: reflect-retry groups mask the agent tokens before the pivot (R3L.md §2).
+        pivotal_credit: reflect-retry groups mask the agent tokens before the pivot (pivotal credit).
         restart: where retries start: ``"pivot"`` (R³L) or ``"scratch"`` (turn 0, the same guidance).
         aux_samples: train on the auxiliary reflection / guided-retry samples (SFT, weight ``aux_weight``).
         kl_coef: default weight of the KL penalty to the initial policy (the run's config may override it).

@@ -102,7 +102,7 @@ def _per_token(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 def reinforce(
     logprobs: torch.Tensor, *, advantages: torch.Tensor, old_logprobs: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """``-Â · log π_θ``: the R³L objective (R3L.md §4), with no importance ratio and no clipping.
+    """``-Â · log π_θ``: the R³L objective (arXiv 2601.03715), with no importance ratio and no clipping.
 
     ``old_logprobs`` is ignored on purpose: a distilled retry was sampled *with* guidance in context but is
     trained without it, so a ratio to its generation log-probs would compare two different conditionals.

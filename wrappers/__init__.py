@@ -45,7 +45,7 @@ __all__ = [
     "LocalCollector",
 ]
 
-# reflect-retry (issue 7)
+# reflect-retry
 from wrappers.oracle import OracleReflector
 from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig, aggregate_stats
 from wrappers.reflection import PolicyReflector, Reflection, ReflectionRequest, Reflector, parse_reflection

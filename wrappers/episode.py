@@ -55,7 +55,7 @@ class RolloutConfig:
     # the tag (see AgentEpisode.slot). For a model too small to write the answer format (SmolLM2 on Countdown
     # never wrote an <action> tag in 96 replies); with constrained, the turns the env lists no actions for.
     direct: bool = False
-    constrained_score: Literal["mean", "sum"] = "mean"  # mean log-prob: summed favours short actions (FACTS.md)
+    constrained_score: Literal["mean", "sum"] = "mean"  # mean log-prob: summed favours short actions
     keep_checkpoints: bool = False  # checkpoint the env before every turn (reflect-retry restores them)
     stop_at_action: bool = True  # end generation at the closing action tag: nothing after it is used
     template: PromptTemplate | None = None  # None: the env family's template
@@ -190,7 +190,8 @@ class AgentEpisode:
         The new trajectory's turns before ``pivot`` are the base's, and its token sequence up to the pivot is
         token-identical to the base's; its ``base_id`` is ``base.id``. ``guidance``, if given, is put before the
         pivot turn's user message in the *generation* context only; the trajectory's training sequence never
-        contains it (R3L.md §1), and the turns generated under it say so (``logprob_context="guided"``).
+        contains it (as R³L generates its retries), and the turns generated under it say so
+        (``logprob_context="guided"``).
         """
         (episode,) = cls.resume_many([env], policy, config, [base], [pivot], guidances=[guidance], kind=kind)
         return episode

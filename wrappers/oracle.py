@@ -1,6 +1,6 @@
 """An oracle reflector: privileged env knowledge names the pivot and the fix, in the reflection schema.
 
-It makes small models useful and isolates the learning algorithm from reflection quality (R3L.md §1).
+It makes small models useful and isolates the learning algorithm from reflection quality (R³L, arXiv 2601.03715).
 What it knows, per env (read from the env itself, never hard-coded):
 
 - Every env that declares an expert (``r3l_envs.env_info(env).has_expert_plan``) gives its plan with
@@ -136,7 +136,7 @@ class OracleReflector:
             refl.source = self.name
             refl.text = refl.text or refl.as_json()
             # The prompt a model reflector would have seen: the auxiliary reflection sample teaches the policy
-            # to diagnose like the oracle from what it can see (R3L.md §1.6).
+            # to diagnose like the oracle from what it can see (R³L's auxiliary SFT samples).
             refl.prompt = reflection_messages(req.trajectory)
             out.append(refl)
         return out

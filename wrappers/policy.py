@@ -21,7 +21,7 @@ FinishReason = Literal["stop", "length"]
 class SamplingParams:
     """How to sample one completion per prompt."""
 
-    temperature: float = 1.0  # R³L samples at 1.0 during training (R3L.md §4); 0 means greedy
+    temperature: float = 1.0  # R³L samples at 1.0 during training (arXiv 2601.03715); 0 means greedy
     top_p: float = 1.0
     max_new_tokens: int = 256
     stop: tuple[str, ...] = ()  # extra stop strings besides the end-of-turn token; kept in the output

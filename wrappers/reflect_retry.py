@@ -1,4 +1,4 @@
-"""The reflect-retry wrapper: stitched trajectory groups from pivot restarts (R3L.md §1–2), for any learner.
+"""The reflect-retry wrapper: stitched trajectory groups from pivot restarts (R³L, arXiv 2601.03715), for any learner.
 
 ``ReflectRetry(env, policy, reflector).collect(task_ids)`` returns one :class:`TrajectoryGroup` per task:
 
@@ -67,11 +67,11 @@ class ReflectRetryConfig:
         rollout: how episodes are played (``keep_checkpoints`` is forced on; ``history`` must stay ``None``
             since a retry shares its prefix with the base).
         fill: add extra bases so every group has ``group_size`` members.
-        pivotal_credit: zero the loss mask of turns before the pivot (R3L.md §2); off for the ablation.
+        pivotal_credit: zero the loss mask of turns before the pivot (pivotal credit); off for the ablation.
         restart: ``"pivot"`` (R³L) restores the base's checkpoint before the reflector's pivot; ``"scratch"``
             replays the retry from turn 0 with the same guidance (a Reflect-GRPO-style retry: the whole episode
             is generated again and every turn is target), the baseline that restart-at-pivot is measured against.
-        aux_samples: build the auxiliary ``reflection`` / ``guided_retry`` samples (R3L.md §1.6).
+        aux_samples: build the auxiliary ``reflection`` / ``guided_retry`` samples (kept when the retry beat its base).
         reflection_samples: with ``aux_samples``, build the ``reflection`` sample too. It teaches the policy to
             diagnose like the reflector, a skill a run uses only when the policy reflects itself; with another
             reflector (the oracle, another model) it distils that reflector into the policy. ``r3l_learn`` builds it
@@ -107,15 +107,15 @@ class ReflectRetryConfig:
 
 
 def beats(retry: Trajectory, base: Trajectory, success_threshold: float = 1.0) -> bool:
-    """R3L.md §1.6: the retry reached the success threshold and did better than its base (more reward, or the
-    same reward in fewer turns)."""
+    """R³L's rule for auxiliary samples: the retry reached the success threshold and did better than its base
+    (more reward, or the same reward in fewer turns)."""
     if retry.reward < success_threshold:
         return False
     return retry.reward > base.reward or (retry.reward == base.reward and retry.num_turns < base.num_turns)
 
 
 def pivotal_mask(traj: Trajectory, pivot: int) -> list[int]:
-    """``traj.agent_mask`` with the agent tokens of turns before ``pivot`` set to 0 (R3L.md §2)."""
+    """``traj.agent_mask`` with the agent tokens of turns before ``pivot`` set to 0 (pivotal credit)."""
     mask = list(traj.agent_mask)
     for turn in traj.turns[:pivot]:
         if turn.span is None:
@@ -325,7 +325,7 @@ class ReflectRetry:
             self.policy, system, [t.prompt_text for t in retry.turns], retry.turns, guidance=guidance, guided_at=p
         )
         mask = list(seq.agent_mask)
-        for start, end in seq.spans[:p]:  # the prefix is context, not target (R3L.md §2)
+        for start, end in seq.spans[:p]:  # the prefix is context, not target (pivotal credit)
             mask[start:end] = [0] * (end - start)
         return Sample(
             kind="guided_retry", token_ids=seq.token_ids, loss_mask=mask, messages=seq.messages, metadata=meta

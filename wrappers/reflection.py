@@ -1,10 +1,10 @@
-"""Reflections: the structured diagnosis of a trajectory (R3L.md §1.2), how to ask for one, how to parse it.
+"""Reflections: the structured diagnosis of a trajectory (R³L, arXiv 2601.03715), how to ask for one, how to parse it.
 
 A reflector looks at a finished trajectory and returns a :class:`Reflection`: a summary, the root cause,
 the outcome (``success``, ``success_but_inefficient`` or ``failure``), a suggestion, and the pivot — the
 0-based agent turn where the problem first appeared, from which a retry restarts.
 
-Parsing is robust and never raises on model output (R3L.md §7): JSON may be fenced or surrounded by text,
+Parsing is robust and never raises on model output: JSON may be fenced or surrounded by text,
 the pivot may be written as a string (``"3"``) or a float (``3.0``), optional fields may be missing. Every
 failure has a short reason key (see :data:`FAILURE_REASONS`) that the reflect-retry statistics count.
 
@@ -285,7 +285,7 @@ class PolicyReflector:
 
     Args:
         policy: any :class:`wrappers.Policy`; pass the trained policy for self-reflection.
-        sampling: how reflections are sampled (default: temperature 1.0, 512 new tokens, as R3L.md §4).
+        sampling: how reflections are sampled (default: temperature 1.0, 512 new tokens, the paper's settings).
         prefill: text that starts the reflector's answer (e.g. ``'{"trajectory_summary": "'``), so small models
             begin with the JSON object; the parsed text is ``prefill`` + the generation. ``None``: no prefill.
     """

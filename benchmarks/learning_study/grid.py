@@ -211,7 +211,7 @@ class Mode:
     group_size: int
     eval_episodes: int
     eval_every: int  # 0: only before and after training
-    lr: float = 5e-5  # SmolLM2-135M on CPU: the cpu-demo preset's rate (R3L.md §4: small models need 1e-5..1e-4)
+    lr: float = 5e-5  # SmolLM2-135M on CPU: the cpu-demo preset's rate (small models need 1e-5..1e-4)
     model: str = "smollm2-135m-instruct"
     device: str = "cpu"
     dtype: str = "float32"

@@ -86,7 +86,8 @@ def _heading(data: dict[str, Any], mode: Mode, history: Sequence[dict[str, Any]]
         "",
         "Cells: mean over seeds ± half-width of the 95 % t-interval (n = finished seeds; one seed has no interval; "
         "intervals are not clipped to [0, 1], and with n = 2 the t quantile is 12.7, so they are wide). "
-        "The paper's numbers (R3L.md §8) are for Qwen2.5-1.5B with 96 tasks × 8 samples per step on 8 GPUs; nothing "
+        "The paper's numbers (arXiv 2601.03715) are for Qwen2.5-1.5B with 96 tasks × 8 samples per step on 8 GPUs; "
+        "nothing "
         "here is comparable to them in size.",
     ]
 
