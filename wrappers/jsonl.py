@@ -21,7 +21,7 @@ from importlib import resources
 from itertools import accumulate
 from typing import Any
 
-from wrappers.safe_text import printable, quote
+from wrappers.safe_text import one_line, printable, quote
 
 __all__ = [
     "MAX_DEPTH",
@@ -74,8 +74,8 @@ class DataFormatError(ValueError):
 
     def __init__(self, reason: str, *, path: str | os.PathLike[str] | None = None, line: int | None = None) -> None:
         self.reason, self.path, self.line = reason, path, line
-        where = "" if path is None else f"cannot read {printable(os.fspath(path))}{f' line {line}' if line else ''}: "
-        super().__init__(printable(where + reason))
+        where = "" if path is None else f"cannot read {os.fsdecode(path)}{f' line {line}' if line else ''}: "
+        super().__init__(one_line(where + reason))
 
     def __reduce__(self) -> tuple[Any, ...]:  # keeps the keyword arguments through pickling (worker processes)
         return _rebuild_error, (self.reason, self.path, self.line)

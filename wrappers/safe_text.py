@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-__all__ = ["UNSAFE", "printable", "quote", "wrap"]
+__all__ = ["UNSAFE", "one_line", "printable", "quote", "wrap"]
 
 #: The characters :func:`printable` escapes: every control character but tab and newline (C0, DEL, C1 with the
 #: 8-bit CSI ``\x9b``), lone surrogates (a terminal cannot encode them), the line and paragraph separators, and the
@@ -39,11 +39,16 @@ def printable(text: str) -> str:
     return UNSAFE.sub(_escape, text)
 
 
+def one_line(text: str) -> str:
+    """:func:`printable`, and newlines and tabs escaped too: text for one line (an error message)."""
+    return printable(text).replace("\n", "\\n").replace("\t", "\\t")
+
+
 def quote(value: object, limit: int = 60) -> str:
     """A short, printable account of ``value`` for an error message: a string's or number's first ``limit``
     characters (quoted, escaped), a list's or an object's size; never the whole of a large value."""
     if isinstance(value, str):
-        shown = printable(value[:limit])
+        shown = one_line(value[:limit])
         return f"a string '{shown}{'…' if len(value) > limit else ''}'"
     if isinstance(value, bool) or value is None:
         return {True: "true", False: "false", None: "null"}[value]
@@ -83,9 +88,12 @@ def _wrap_line(line: str, width: int) -> Iterator[str]:
             parts.append(chunk)
             used += len(chunk)
             continue
-        if parts:
-            yield "".join(parts).rstrip(" ")
         start = 0
+        if parts:
+            if len(chunk) > width and used < width:  # a word no line holds starts in this one's room, as in textwrap
+                start = width - used
+                parts.append(chunk[:start])
+            yield "".join(parts).rstrip(" ")
         while len(chunk) - start > width:  # an index walks the word: each character is copied once
             yield chunk[start : start + width]
             start += width

@@ -199,6 +199,7 @@ BAD_FIELDS = [
     (_set(("trajectories",), "none"), r"trajectories: expected a list, got a string 'none'"),
     (_set(("env_id",), None), r"env_id: expected a string, got null"),
     (_set(("type",), ["group"]), r"unknown record type a list of 1 value; expected one of"),
+    (_set(("version",), "2\n\x1b"), r"group of format version a string '2\\n\\x1b'"),
     (_set(("version",), True), r"group of format version true: this r3l reads versions 1 to 2"),
 ]
 
