@@ -9,6 +9,12 @@ compiles a game into its cache the first time), and the first step of each run i
 
 Run: ``python benchmarks/affordability.py [--steps 3] [--tasks-per-step 2] [--variants before cache shared lora]``.
 Writes the ``affordability`` section of ``benchmarks/RESULTS.md`` and ``benchmarks/results/affordability.json``.
+
+``--prefix-modes`` measures the update alone instead, on the same rows for each way of sharing prefixes (every row
+whole, a micro-batch's common prefix once, every shared span once): one short run collects its groups in this
+process, then a fresh copy of the model accumulates their gradients once per mode and repeat, in turns. It counts the
+tokens the decoder runs (padding included) against the rows' tokens, and the update's CPU seconds. Writes the
+``affordability_prefix`` section and ``results/affordability_prefix.json``.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -45,7 +52,12 @@ VARIANTS: dict[str, tuple[str, list[str], list[str]]] = {
         ["--shared-prefix-min", "0"],
         [],
     ),
-    "shared": ("+ the update runs a micro-batch's common prefix once (now the default)", [], []),
+    "shared": (
+        "+ the update runs a micro-batch's common prefix once",
+        ["--no-shared-prefix-tree"],
+        [],
+    ),
+    "tree": ("+ the update runs every span a micro-batch's rows share once: a prefix tree (now the default)", [], []),
     "lora": ("+ LoRA r=16 instead of full fine-tuning", ["--lora-rank", "16"], []),
 }
 
@@ -132,6 +144,133 @@ def render(rows: list[dict], facts: dict, command: str, loads: tuple) -> str:
     return "\n".join(lines)
 
 
+#: how the update shares a micro-batch's prefixes: name -> (what it does, LossConfig fields)
+PREFIX_MODES: dict[str, tuple[str, dict]] = {
+    "plain": ("every row runs all its tokens", {"min_shared_prefix": 0}),
+    "shared": ("a micro-batch's common prefix once (one level)", {"prefix_levels": 1}),
+    "tree": ("every span a micro-batch's rows share once (a prefix tree)", {"prefix_levels": None}),
+}
+
+
+def collect_groups(args: argparse.Namespace) -> tuple[Any, list]:
+    """One short ``r3l train`` run in this process (the study's setting): its config and every step's groups."""
+    from r3l_learn.train import train
+    from r3l_learn.train_cli import ConfigArgumentParser, add_train_arguments, config_from_args
+
+    parser = ConfigArgumentParser()
+    add_train_arguments(parser)
+    tasks = args.steps * args.tasks_per_step
+    common = train_args(args.env, args.steps, args.tasks_per_step, args.group_size, args.algo, [f"max_tasks={tasks}"])
+    groups: list = []
+    with tempfile.TemporaryDirectory() as out:
+        config = config_from_args(parser.parse_args([*common, "--out-dir", out]))
+        train(config, on_step=[lambda info: groups.extend(info.groups)])
+    return config, groups
+
+
+def measure_prefix_modes(config: Any, groups: list, repeats: int) -> list[dict]:
+    """The update of ``groups``' rows under each of :data:`PREFIX_MODES`, on a fresh model (no optimiser step, so
+    every pass sees the same weights); CPU seconds are the fastest of ``repeats`` passes, made in turns."""
+    import torch
+
+    from r3l_learn.batch import rows_from_groups
+    from r3l_learn.device import resolve_autocast
+    from r3l_learn.train_setup import load_train_policy
+    from r3l_learn.update import LossConfig, accumulate_gradients
+
+    policy = load_train_policy(config)
+    model = policy.model
+    model.train()
+    rows = rows_from_groups(groups, config.algorithm, hyper=config.hyper_values())
+    trajectories = sum(len(g.trajectories) for g in groups)
+    autocast = torch.bfloat16 if resolve_autocast(config.autocast, config.device) == "bf16" else None
+    ran = [0]
+
+    def count(module: Any, args: tuple, kwargs: dict) -> None:
+        ran[0] += kwargs["input_ids"].numel()
+
+    hook = model.get_decoder().register_forward_pre_hook(count, with_kwargs=True)
+    results = {name: {"cpu": [], "ran": 0, "tokens": 0} for name in PREFIX_MODES}
+    try:
+        for _ in range(repeats):
+            for name, (_, fields) in PREFIX_MODES.items():
+                loss = LossConfig.for_algorithm(
+                    config.algorithm,
+                    config.hyper_values(),
+                    aux_weight=config.aux_weight,
+                    aggregation=config.aggregation,
+                    aux_mean=config.aux_mean,
+                    kl_estimator=config.kl_estimator,
+                    chunk_size=config.logprob_chunk,
+                    **{"min_shared_prefix": config.shared_prefix_min, **fields},
+                )
+                model.zero_grad(set_to_none=True)
+                ran[0], start = 0, time.process_time()
+                stats = accumulate_gradients(
+                    model,
+                    rows,
+                    loss,
+                    micro_batch_size=config.micro_batch_size,
+                    pad_id=policy.pad_token_id,
+                    autocast=autocast,
+                )
+                results[name]["cpu"].append(time.process_time() - start)
+                results[name]["ran"], results[name]["tokens"] = ran[0], stats.tokens
+    finally:
+        hook.remove()
+    return [
+        {
+            "mode": name,
+            "trajectories": trajectories,
+            "rows": len(rows),
+            "row_tokens": r["tokens"],
+            "decoder_tokens": r["ran"],
+            "decoder_tokens_per_row_token": r["ran"] / r["tokens"],
+            "update_cpu_s_per_trajectory": min(r["cpu"]) / trajectories,
+            "update_cpu_s_all": r["cpu"],
+        }
+        for name, r in results.items()
+    ]
+
+
+def render_prefix(rows: list[dict], facts: dict, command: str, loads: tuple, micro_batch: int) -> str:
+    shared = next(r for r in rows if r["mode"] == "shared")
+    lines = [
+        "### The update alone, by how it shares prefixes (`benchmarks/affordability.py --prefix-modes`)",
+        "",
+        machine_line(facts),
+        "",
+        f"`{command}`; load average {loads[0]:.1f} at the start and {loads[1]:.1f} at the end (a machine shared by "
+        f"about 8 engineers). The same {rows[0]['rows']} rows ({rows[0]['trajectories']} trajectories with their "
+        f"auxiliary samples, micro-batches of {micro_batch}) updated by a fresh model once per mode and repeat, in "
+        "turns; CPU seconds are the process's, the fastest repeat. Decoder tokens include padding.",
+        "",
+        "| mode | decoder tokens / row token | update CPU s / trajectory | vs one level |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['mode']}: {PREFIX_MODES[row['mode']][0]} | {row['decoder_tokens_per_row_token']:.3f} | "
+            f"{row['update_cpu_s_per_trajectory']:.2f} | "
+            f"{shared['update_cpu_s_per_trajectory'] / row['update_cpu_s_per_trajectory']:.2f}× |"
+        )
+    return "\n".join(lines)
+
+
+def prefix_modes(args: argparse.Namespace, argv: list[str] | None) -> None:
+    facts, loads = machine(), [os.getloadavg()[0]]
+    warm_up(args.env, args.steps * args.tasks_per_step)
+    config, groups = collect_groups(args)
+    rows = measure_prefix_modes(config, groups, args.repeats)
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    loads.append(os.getloadavg()[0])
+    command = "python benchmarks/affordability.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    data = {"machine": facts, "command": command, "loads": loads, "env": args.env, "rows": rows}
+    markdown = render_prefix(rows, facts, command.strip(), tuple(loads), config.micro_batch_size)
+    write_section("affordability_prefix", markdown, data)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="textworld", choices=sorted(ENVS))
@@ -141,7 +280,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (runs go one at a time)")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--prefix-modes", action="store_true", help="measure the update alone, per prefix sharing")
+    parser.add_argument("--repeats", type=int, default=2, help="passes per mode of --prefix-modes")
     args = parser.parse_args(argv)
+    if args.prefix_modes:
+        prefix_modes(args, argv)
+        return
     facts, loads = machine(), [os.getloadavg()[0]]
     tasks = args.steps * args.tasks_per_step
     warm_up(args.env, tasks)

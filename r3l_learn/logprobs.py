@@ -10,7 +10,7 @@ Every prefix that several rows of a batch share runs once (:mod:`r3l_learn.prefi
 share the system prompt and the task's first observation, a retry shares its base's turns up to the pivot. The
 shared spans form a trie; each span's hidden states and KV cache are computed for one row and handed to the rows
 below it, and autograd sums their gradients into it, so values and gradients equal the unshared pass up to float
-rounding. Each row runs only up to its own last wanted token.
+rounding. There, each row runs only up to its own last wanted token.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def sequence_logprobs(
     # Attention is causal: the tokens from a row's last wanted one on (an episode's final observation) change no
     # wanted log-prob, so its decoder stops before it.
     ends = _ends(wanted)
-    end = max(1, *ends)
+    end = max([1, *ends])
     hidden = None
     if min_shared_prefix > 0 and len(ends) > 1 and not getattr(decoder, "gradient_checkpointing", False):
         hidden = _hidden_on_shared_prefixes(decoder, input_ids, attention_mask, ends, min_shared_prefix, prefix_levels)
