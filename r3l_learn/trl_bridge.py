@@ -38,6 +38,12 @@ How r3l maps onto TRL (``trl>=1.16``; ``rollout_func`` is experimental there):
 
 Sampling follows the trainer: temperature and top-p come from ``GRPOConfig`` (TRL computes log-probs at that
 temperature), the per-turn token budget from the ``RolloutConfig``.
+
+On CPU, mind two ``GRPOConfig`` defaults: ``bf16=True`` (TRL's) wraps the model in bf16 autocast, and the
+episodes are generated with that model, so on a CPU without native bf16 (AVX2-only) every matmul of the rollout
+and the update is emulated, many times slower than fp32 (the rollout warns once); ``gradient_checkpointing=True``
+recomputes the forward in the backward. Set ``bf16`` from :func:`r3l_learn.device.native_dtype` and turn
+checkpointing off for small models, as ``examples/trl_grpo.py`` does.
 """
 
 from __future__ import annotations
@@ -207,6 +213,8 @@ class EnvRollout:
             raise ValueError("EnvRollout generates with the trainer's model: set use_vllm=False, or pass a policy")
         if len(prompts) % n:
             raise ValueError(f"got {len(prompts)} prompts, not whole runs of num_generations={n}")
+        if self._calls == 0 and self.policy is None:
+            _warn_emulated_bf16(trainer, model)
         tasks = [self._task(prompts[i : i + n]) for i in range(0, len(prompts), n)]
         policy = self.policy or self._own_policy(trainer, model)
         groups: list[TrajectoryGroup | None] = [None] * len(tasks)
@@ -279,6 +287,19 @@ class EnvRollout:
         for collector in self._collectors.values():
             collector.close()
         self._collectors.clear()
+
+
+def _warn_emulated_bf16(trainer: Any, model: Any) -> None:
+    """Warn when the trainer autocasts to bf16 on a CPU that emulates it (the rollout generates in it too)."""
+    from r3l_learn.device import cpu_kind, native_dtype
+
+    on_cpu = next(model.parameters()).device.type == "cpu"
+    if on_cpu and getattr(trainer.args, "bf16", False) and native_dtype("cpu") != "bfloat16":
+        logger.warning(
+            "GRPOConfig(bf16=True) (TRL's default) on a CPU without native bf16 (%s): the rollout and the update "
+            "run emulated bf16, many times slower than fp32; pass bf16=False",
+            cpu_kind(),
+        )
 
 
 def _key(prompt: Sequence[Any]) -> str:
