@@ -199,14 +199,16 @@ class TextWorldEnv(TextEnv):
         try:
             if fresh:
                 _guarded(tw, self.engine_budget_s, tw.reset)  # sets up tracking; all it sets is overwritten below
-            _check_snapshot(snap, tw, game)
-        except BaseException as exc:
+            try:
+                _check_snapshot(snap, tw, game)
+            except Exception as exc:  # whatever a forged state trips over in the checks, it is the same refusal
+                raise CorruptCheckpointError(
+                    f"TextWorld checkpoint state is not one this game produces ({type(exc).__name__}: {exc}); "
+                    "the env is unchanged"
+                ) from exc
+        except BaseException:
             if fresh:
                 _close_engines([tw])
-            if isinstance(exc, (ValueError, TypeError)):
-                raise CorruptCheckpointError(
-                    f"TextWorld checkpoint state is not one this game produces ({exc}); the env is unchanged"
-                ) from exc
             raise
         if fresh:
             self._install(tw, game, snap.task_id)

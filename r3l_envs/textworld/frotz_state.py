@@ -13,8 +13,9 @@ a Quetzal restore checks a save file (release, serial and checksum), and further
   abbreviations table must be the story's, since Z-code can change property values but not their layout.
 - Registers: the engine waits for input, so the next opcode is a read and the PC is just past that read
   opcode in the story's code (high memory).
-- Stack: sp and fp in the stack, frame_count frames chained from fp to the stack's top as frotz's ``call``
-  writes them (store type, local count, argument count, previous fp), each returning into the story's code.
+- Stack: sp right under the current routine's locals (its evaluation stack is empty at a read), and
+  frame_count frames chained from fp to the stack's top as frotz's ``call`` writes them (store type, local
+  count, argument count, previous fp), each returning into the story's code.
 """
 
 from __future__ import annotations
@@ -193,9 +194,13 @@ def _check_ram(ram: np.ndarray, layout: StoryLayout, live_header: np.ndarray) ->
 def _check_frames(stack: np.ndarray, sp: int, fp: int, frame_count: int, layout: StoryLayout) -> None:
     words = len(stack)
     frame = fp
+    if frame_count and fp + 4 > words:
+        raise ValueError(f"frotz fp {fp} leaves no room for the current frame ({frame_count} frames)")
     locals_here = (int(stack[fp]) >> 8 & 0xF) if frame_count else 0
-    if not sp <= fp - locals_here:
-        raise ValueError(f"frotz sp {sp} is above the current frame's locals (fp {fp})")
+    # At a read the routine's evaluation stack is empty (the read is a statement): sp sits on its locals. A lower
+    # sp would leave frotz, whose pushes are unchecked, room to write below the stack array.
+    if sp != fp - locals_here:
+        raise ValueError(f"frotz sp {sp} is not at the current frame's locals (fp {fp}, {locals_here} locals)")
     for depth in range(frame_count):
         if frame + 4 > words:
             raise ValueError(f"frotz stack frame {depth} at {frame} runs past the stack")

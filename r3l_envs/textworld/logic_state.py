@@ -50,6 +50,7 @@ def _vocabulary(game: Any) -> tuple[frozenset, dict[str, str]]:
     with _derived_lock:
         if len(_games) >= 64:
             _games.clear()
+            _derived.clear()  # its keys hold the ids of the games just dropped, which new games may reuse
         _games[id(game)] = (game, signatures, types)
     return signatures, types
 

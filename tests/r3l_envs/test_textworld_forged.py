@@ -184,6 +184,8 @@ REGISTER_FORGERIES = {
     "opcode not the read at pc": (OPCODE, lambda op, f: 246),
     "opcode not a read": (OPCODE, lambda op, f: 0),
     "sp above the locals": (SP, lambda sp, f: f[FP] + 1),
+    "sp with room to push below the stack": (SP, lambda sp, f: 0),
+    "fp at the top of the stack": (FP, lambda fp, f: 1024),
     "fp moved": (FP, lambda fp, f: fp + 1),
     "one frame more": (FRAMES, lambda n, f: n + 1),
     "one frame fewer": (FRAMES, lambda n, f: n - 1),
