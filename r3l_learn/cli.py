@@ -165,7 +165,7 @@ def _show(args: argparse.Namespace) -> int:
     from wrappers.show import load_viewable, render_html, render_text
 
     try:
-        items = load_viewable(args.path, limit=args.limit)
+        items = load_viewable(args.path, limit=args.limit, max_line_bytes=args.max_line_bytes, max_depth=args.max_depth)
     except library_errors():  # a typed error names the file and the line: main() prints it
         raise
     except FileNotFoundError:
@@ -330,6 +330,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="decode the HTML page's token view with this tokenizer (a folder, or an embedded model's name); "
         "without it a reply shows as its text and the context as token counts",
     )
+    from wrappers.jsonl import MAX_DEPTH, MAX_LINE_BYTES
+
+    show.add_argument(
+        "--max-line-bytes",
+        type=int,
+        default=MAX_LINE_BYTES,
+        help="refuse a line longer than this many bytes (the file is untrusted: this bounds memory)",
+    )
+    show.add_argument("--max-depth", type=int, default=MAX_DEPTH, help="refuse JSON nested deeper than this")
     show.set_defaults(func=_show)
     for each in (parser, *sub.choices.values()):
         list_one_spelling(each)

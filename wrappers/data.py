@@ -57,7 +57,7 @@ __all__ = [
     "to_dataset",
 ]
 
-#: The version of the records this code writes (each record's ``version`` field). 1: before issue 19 (no
+#: The version of the records this code writes (each record's ``version`` field). 1: the first release (no
 #: version field; ``logprobs``, ``loss_mask`` overwritten by pivotal credit, ``metadata["base_index"]``).
 #: 2: ``id``/``base_id``, ``agent_mask`` beside ``loss_mask``, ``behavior_logprobs`` with each turn's
 #: ``logprob_context``, sequences that end with the last reply. Older records are upgraded on reading.
