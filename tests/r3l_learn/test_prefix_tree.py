@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -144,3 +148,38 @@ def test_left_padding_and_checkpointing_fall_back_to_the_plain_pass():
     model.train()
     _, _, calls = _run(model, ids, attn, None, min_shared_prefix=4)
     assert len(calls) == 1
+
+
+@functools.cache
+def _float64_model():
+    model, _ = tiny_model(seed=10)
+    return model.double()
+
+
+@st.composite
+def _rows(draw) -> list[list[int]]:
+    """Rows that branch off earlier rows at any point (retries of retries), or share nothing; a small alphabet so
+    that rows also agree by chance."""
+    tokens = st.lists(st.integers(3, 12), min_size=0, max_size=12)
+    rows = [[*draw(tokens), 3, 4]]
+    for _ in range(draw(st.integers(0, 5))):
+        parent = draw(st.sampled_from(rows))
+        pivot = draw(st.integers(0, len(parent)))
+        rows.append([*parent[:pivot], *draw(tokens), 5, 6])
+    return rows
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=_rows(), min_shared=st.integers(1, 6), levels=st.sampled_from([None, 1, 2]), seed=st.integers(0, 99))
+def test_any_tree_gives_the_unshared_values_and_gradients(rows, min_shared, levels, seed):
+    model = _float64_model()
+    ids, attn = _batch(rows)
+    wanted = attn.bool() & (torch.rand(ids.shape, generator=torch.Generator().manual_seed(seed)) < 0.7)
+    wanted[0, 1] = True  # something to differentiate
+    tree, tree_grads, _ = _run(model, ids, attn, wanted, min_shared_prefix=min_shared, prefix_levels=levels)
+    plain, plain_grads, _ = _run(model, ids, attn, wanted, min_shared_prefix=0)
+    torch.testing.assert_close(tree, plain, rtol=1e-6, atol=1e-6)
+    assert tree_grads.keys() == plain_grads.keys()
+    for name, grad in plain_grads.items():
+        scale = float(grad.abs().max())
+        torch.testing.assert_close(tree_grads[name], grad, rtol=1e-6, atol=1e-6 * scale, msg=name)
