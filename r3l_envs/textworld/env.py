@@ -186,6 +186,14 @@ class TextWorldEnv(TextEnv):
             last=copy.deepcopy(self._last),
         )
 
+    def _restore_state(self, state: dict[str, Any], *, via: Any, rollback: bool = True) -> None:
+        native = state.get("native")
+        if via == "native" and getattr(native, "task_id", None) != state["episode"].task_id:
+            raise CorruptCheckpointError(
+                "TextWorld checkpoint: its engine snapshot is of another task than its episode"
+            )
+        super()._restore_state(state, via=via, rollback=rollback)
+
     def _load_state(self, snap: _Snapshot) -> None:
         from textworld.core import GameState
         from textworld.logic import State

@@ -244,6 +244,7 @@ LOGIC_FORGERIES = {
     "negative moves": (_set("moves", -1), "moves"),
     "best score past 1": (_set("best", 2.0), "scores"),
     "tracked infos": (_set("tracked", {"score": "all"}), "tracked"),
+    "snapshot of another task than the episode": (_set("task_id", "tw-cooking-d1-train-00001"), "another task"),
 }
 
 
