@@ -126,8 +126,9 @@ def collate(rows: Sequence[Row], pad_id: int) -> Batch:
 
 def micro_batches(rows: Sequence[Row], size: int) -> list[list[Row]]:
     """Consecutive chunks of ``size`` rows, after sorting by their tokens, so that rows which begin alike (a task's
-    group, a retry and its base) share a micro-batch and run their common prefix once (the loss is a sum over
-    rows with batch-wide denominators, so the order does not change it)."""
+    group, a retry and its base) share a micro-batch and run the spans they share once (see
+    :mod:`r3l_learn.prefix_tree`; the loss is a sum over rows with batch-wide denominators, so the order does not
+    change it)."""
     if size < 1:
         raise ValueError(f"micro-batch size must be >= 1, got {size}")
     ordered = sorted(rows, key=lambda r: tuple(r.token_ids))
