@@ -1,8 +1,9 @@
 """A user's own GRPO trained on reflect-retry groups: what a learner reads from a ``TrajectoryGroup``.
 
-Runs on CPU in well under a minute (the point is the data flow, not learning)::
+Runs on CPU in well under a minute (the point is the data flow, not learning; ``--small``: one step of two
+tasks, the CI configuration)::
 
-    python examples/grpo_with_reflect_retry.py [--steps 2] [--player tiny]
+    python examples/grpo_with_reflect_retry.py [--steps 2] [--player tiny] [--small]
 
 What the wrapper gives, per group (one task): ``trajectories`` and ``samples``. A trajectory has ``kind``
 (``base`` or ``retry``), ``reward``, ``pivot``, an ``id`` (a retry names its base by ``base_id``) and its training
@@ -103,14 +104,17 @@ def countdown_player(prompt_text: str) -> str:
     return f"<action>{found.group(1)}</action>" if found else "<action>1 + 2</action>"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict[str, float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", action="store_true", help="one step of two tasks (CI)")
     parser.add_argument("--player", choices=["scripted", "tiny"], default="scripted")
     parser.add_argument("--tasks", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--lr", type=float, default=1e-4)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.small:
+        args.steps, args.tasks = 1, 2
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.manual_seed(0)
     model, tokenizer = tiny_model(seed=0)
@@ -120,6 +124,7 @@ def main() -> None:
     config = ReflectRetryConfig(group_size=args.group_size, rollout=rollout)
     collector = ReflectRetry("r3l/Countdown-v0", player, OracleReflector(reveal_answer=True), config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    results = []
     for step in range(args.steps):
         start = time.perf_counter()
         task_ids = [f"countdown-train-{i:06d}" for i in range(step * args.tasks, (step + 1) * args.tasks)]
@@ -151,7 +156,17 @@ def main() -> None:
             sum(sum(t.agent_mask) for t in trajs),
             time.perf_counter() - start,
         )
+        results.append(
+            {
+                "loss": loss.item(),
+                "trajectories": len(kinds),
+                "retries": kinds.count("retry"),
+                "samples": sum(len(g.samples) for g in groups),
+                "retries_beat_base": sum(beats(retry, base) for retry, base in pairs),
+            }
+        )
     collector.close()
+    return results
 
 
 if __name__ == "__main__":
