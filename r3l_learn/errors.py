@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ModelNotFoundError", "R3LLearnError"]
+__all__ = ["ModelNotFoundError", "R3LLearnError", "ResumeError"]
 
 
 class R3LLearnError(Exception):
@@ -11,3 +11,8 @@ class R3LLearnError(Exception):
 
 class ModelNotFoundError(R3LLearnError, FileNotFoundError):
     """A model name that is neither an embedded model nor a local HF model folder."""
+
+
+class ResumeError(R3LLearnError):
+    """A run that ``--resume`` cannot continue: no checkpoint, an unreadable or malformed one, one that does not fit
+    the model, optimiser or configuration, or malformed run files beside it (metrics, evals, config)."""

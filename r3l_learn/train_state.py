@@ -4,8 +4,11 @@ evals it recorded, its end-of-run report, and SIGINT handling that never leaves 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
+import math
+import os
 import signal
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -14,15 +17,29 @@ from typing import Any
 
 import torch
 
-from r3l_learn.checkpoints import ResumeError, latest_checkpoint, load_checkpoint, set_rng_state
-from r3l_learn.config import RESUMABLE_CHANGES, TrainConfig
+from r3l_learn.checkpoints import check_checkpoint, check_weights, latest_checkpoint, load_checkpoint, set_rng_state
+from r3l_learn.config import RESUMABLE_CHANGES, TrainConfig, config_from_dict
+from r3l_learn.errors import ResumeError
 from r3l_learn.evaluate import EvalSummary
 from r3l_learn.metrics import plot_metrics, read_metrics, summary_lines
 from r3l_learn.train_setup import TaskStream
 
-__all__ = ["EVALS", "Interrupts", "load_trainable_state", "recorded_evals", "report", "resume_state", "trainable_state"]
+__all__ = [
+    "EVALS",
+    "Interrupts",
+    "eval_summary",
+    "load_trainable_state",
+    "read_saved_config",
+    "recorded_evals",
+    "report",
+    "resume_state",
+    "trainable_state",
+]
 
 logger = logging.getLogger(__name__)
+
+_MAX_DEPTH = 32  # plain data in a saved config nests a few levels (env_kwargs); deeper is not ours
+_MAX_JSON_BYTES = 1 << 20  # config.json and evals.json are a few kilobytes
 
 
 class Interrupts:
@@ -67,43 +84,109 @@ def trainable_state(model: Any) -> dict[str, torch.Tensor]:
     return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def load_trainable_state(model: Any, state: dict[str, torch.Tensor]) -> None:
-    """Copy a checkpoint's trainable weights into ``model``."""
-    params = dict(model.named_parameters())
-    missing = [n for n, p in params.items() if p.requires_grad and n not in state]
-    if missing:
-        raise ResumeError(f"the checkpoint lacks {len(missing)} trainable weights (e.g. {missing[0]}): another model?")
+def load_trainable_state(model: Any, state: Any) -> None:
+    """Copy a checkpoint's trainable weights into ``model``, once they are checked to be exactly its trainable
+    parameters with their shapes and dtypes (:class:`ResumeError` otherwise, and the model is left unchanged)."""
+    weights = check_weights(state, model, source="the checkpoint")
+    _copy_weights(model, weights)
+
+
+def _copy_weights(model: Any, weights: dict[str, torch.Tensor]) -> None:
     with torch.no_grad():
-        for name, value in state.items():
-            params[name].copy_(value)
+        for name, param in model.named_parameters():
+            if name in weights:
+                param.copy_(weights[name])
 
 
 def resume_state(config: TrainConfig, model: Any, optimizer: Any, stream: TaskStream) -> tuple[int, EvalSummary | None]:
     """Load the newest checkpoint of ``config.out_dir`` into the model, optimiser, RNGs and task stream (the config
-    must match the saved one); drop what was logged after it. Returns the step it holds and the eval before."""
+    must match the saved one); drop what was logged after it. Returns the step it holds and the eval before.
+
+    Everything it reads is checked before anything changes: the checkpoint against the model, optimiser and
+    config (:func:`r3l_learn.checkpoints.check_checkpoint`), the metrics log and the recorded evals. A refused
+    resume raises :class:`ResumeError` and leaves the model, optimiser, RNGs, stream and files as they were.
+    """
     out = Path(config.out_dir)
     path = latest_checkpoint(out / "checkpoints")
     if path is None:
         raise ResumeError(f"--resume: no checkpoint in {out / 'checkpoints'}; start without --resume")
-    state = load_checkpoint(path)
-    changed = config.changed_from(state["config"])
+    source = f"resume file {path}"
+    checked = check_checkpoint(load_checkpoint(path), model, optimizer, source=source)
+    _check_saved_config(checked.config, config, source)
+    if checked.cursor != checked.step * config.tasks_per_step:  # each step takes tasks_per_step tasks
+        raise ResumeError(
+            f"{source}: cursor is {checked.cursor}, but {checked.step} steps of {config.tasks_per_step} tasks take "
+            f"{checked.step * config.tasks_per_step}; the file is not this run's: delete it or start a new --out-dir"
+        )
+    before = eval_summary(checked.eval_before, f"{source}: eval_before")
+    metrics_path = out / "metrics.jsonl"
+    kept = _metrics_until(metrics_path, checked.step)
+    recorded_evals(out, before)  # read again by train(): a malformed file is refused now, before any change
+    # all checked: apply (the optimiser first, the likeliest to object; it builds its new state before taking it)
+    optimizer.load_state_dict(checked.optimizer)
+    _copy_weights(model, checked.weights)
+    set_rng_state(checked.rng)
+    stream.cursor = checked.cursor
+    if kept is not None:  # drop what the interrupted run logged after its checkpoint
+        metrics_path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+    logger.info("resumed from %s at step %d", path, checked.step)
+    return checked.step, before
+
+
+def _check_saved_config(saved: dict[str, Any], config: TrainConfig, source: str) -> None:
+    """The checkpoint's config must be plain data naming known fields, and make the same run as ``config``."""
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = [repr(k) for k in saved if k not in known]
+    if unknown:
+        raise ResumeError(
+            f"{source}: config has fields this r3l does not know ({', '.join(unknown[:3])}): a file from another "
+            "version or program; start a new --out-dir"
+        )
+    for name, value in saved.items():
+        problem = _not_plain(value)
+        if problem:
+            raise ResumeError(f"{source}: config.{name} {problem}; delete the file or start a new --out-dir")
+    changed = config.changed_from(saved)
     if changed:
         raise ResumeError(
-            f"{path} was made with a different configuration ({', '.join(changed)}); resume with the same settings "
+            f"{source} was made with a different configuration ({', '.join(changed)}); resume with the same settings "
             f"(only {sorted(RESUMABLE_CHANGES)} may change) or start a new --out-dir"
         )
-    load_trainable_state(model, state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    set_rng_state(state["rng"])
-    stream.cursor = state["cursor"]
-    step = state["step"]
-    metrics_path = out / "metrics.jsonl"
-    if metrics_path.is_file():  # drop what the interrupted run logged after its checkpoint
-        kept = [r for r in read_metrics(metrics_path) if r["step"] <= step]
-        metrics_path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-    logger.info("resumed from %s at step %d", path, step)
-    before = state.get("eval_before")
-    return step, EvalSummary(**before) if before else None
+
+
+def _not_plain(value: Any, depth: int = 0) -> str | None:
+    """Why ``value`` is not JSON-like plain data (None, bool, numbers, strings, lists, str-keyed dicts), or None."""
+    if depth > _MAX_DEPTH:
+        return f"nests deeper than {_MAX_DEPTH} levels"
+    if value is None or isinstance(value, bool | int | float | str):
+        return None
+    if isinstance(value, list | tuple):
+        items = value
+    elif isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            return "is a dict with keys that are not strings"
+        items = value.values()
+    else:
+        return f"holds a {type(value).__name__}, not plain data"
+    return next((p for p in (_not_plain(v, depth + 1) for v in items) if p), None)
+
+
+def _metrics_until(path: Path, step: int) -> list[dict[str, Any]] | None:
+    """The records of the metrics log up to ``step`` (``None`` without a log), each a dict with a step."""
+    if not path.is_file():
+        return None
+    try:
+        records = read_metrics(path)
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: a malformed line, or text not in UTF-8
+        raise ResumeError(f"--resume: {path}: {_first_line(exc)}") from exc
+    for number, record in enumerate(records, start=1):
+        logged = record.get("step") if isinstance(record, dict) else None
+        if isinstance(logged, bool) or not isinstance(logged, int) or logged < 0:
+            raise ResumeError(
+                f"--resume: {path}: record {number} is not a JSON object with a whole-number step >= 0; fix or "
+                "delete that line"
+            )
+    return [r for r in records if r["step"] <= step]
 
 
 #: the evals before and after training, as JSON, in the run directory (read back by a resume of a finished run)
@@ -139,10 +222,92 @@ def report(out: Path, before: EvalSummary | None, after: EvalSummary | None) -> 
 
 
 def recorded_evals(out: Path, before: EvalSummary | None) -> tuple[EvalSummary | None, EvalSummary | None]:
-    """The evals before and after training that a finished run recorded in ``out`` (``before`` where none was)."""
+    """The evals before and after training that a finished run recorded in ``out`` (``before`` where none was);
+    :class:`ResumeError` if the file is not what :func:`report` writes."""
     recorded = out / EVALS
     if not recorded.is_file():
         return before, None
-    data = json.loads(recorded.read_text(encoding="utf-8"))
-    after = EvalSummary(**data["after"]) if data.get("after") else None
-    return (EvalSummary(**data["before"]) if data.get("before") else before), after
+    data = _read_json(recorded)
+    if not isinstance(data, dict) or not set(data) <= {"before", "after"}:
+        raise ResumeError(f"--resume: {recorded} is not an object with 'before' and 'after'; delete it")
+    after = eval_summary(data.get("after"), f"--resume: {recorded}: after")
+    return eval_summary(data.get("before"), f"--resume: {recorded}: before") or before, after
+
+
+def eval_summary(data: Any, source: str) -> EvalSummary | None:
+    """The :class:`EvalSummary` that plain ``data`` (``asdict`` of one, or None) describes; :class:`ResumeError`
+    naming ``source`` and the field if it has other fields, or values of another type (numbers must be finite)."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise ResumeError(f"{source} is a {type(data).__name__}, not an eval summary")
+    fields = {f.name: f for f in dataclasses.fields(EvalSummary)}
+    missing = [n for n, f in fields.items() if f.default is dataclasses.MISSING and n not in data]
+    unknown = [repr(k) for k in data if k not in fields]
+    if missing or unknown:
+        raise ResumeError(f"{source} is not an eval summary (lacks {missing}, unknown {unknown}); delete it")
+    values = {name: _field_value(data[name], fields[name].type, f"{source}.{name}") for name in data}
+    return EvalSummary(**values)
+
+
+def _field_value(value: Any, kind: Any, what: str) -> Any:
+    kind = str(kind)  # the annotation as written (EvalSummary's module postpones them)
+    if kind not in _FIELD_CHECKS:
+        raise TypeError(f"eval_summary cannot check {what} of type {kind}: teach it that type")
+    if not _FIELD_CHECKS[kind](value):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise ResumeError(f"{what} is {shown}, not a valid {kind}; delete the file")
+    return float(value) if kind == "float" else value
+
+
+def _count(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= 0
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond any float
+        return False
+
+
+#: how each type an :class:`EvalSummary` field is annotated with is checked
+_FIELD_CHECKS = {
+    "str": lambda v: isinstance(v, str),
+    "bool": lambda v: isinstance(v, bool),
+    "int": _count,
+    "float": _finite,
+    "dict[str, int]": lambda v: isinstance(v, dict) and all(isinstance(k, str) and _count(c) for k, c in v.items()),
+}
+
+
+def read_saved_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A run's saved ``config.json`` (what ``r3l train --resume`` starts from), checked to be a valid config on
+    its own; :class:`ResumeError` naming the file and the problem otherwise."""
+    data = _read_json(Path(path))
+    if not isinstance(data, dict):
+        raise ResumeError(f"--resume: {path} holds a {type(data).__name__}, not a config object; delete it")
+    try:
+        config_from_dict(data)
+    except Exception as exc:  # TrainConfig's own checks, or a value of a type they do not expect
+        raise ResumeError(
+            f"--resume: {path} is not a valid configuration ({_first_line(exc)}); fix or delete it"
+        ) from exc
+    return data
+
+
+def _read_json(path: Path, limit: int = _MAX_JSON_BYTES) -> Any:
+    """A small JSON file of the run directory (bounded: what r3l writes there is a few kilobytes)."""
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise ResumeError(f"--resume: {path} is {size} bytes, more than any r3l writes ({limit}); delete it")
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not JSON, or not UTF-8
+        raise ResumeError(f"--resume: {path} is not readable JSON ({_first_line(exc)}); delete it") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
