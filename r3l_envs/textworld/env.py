@@ -383,7 +383,7 @@ def _guarded(tw: Any, budget_s: float, call: Any, *args: Any) -> Any:
         frotz = _frotz_of(tw)
         halted = frotz is not None and frotz.frotz_lib.halted() > 0
     if guard.fired or halted:
-        why = f"overran its {budget_s:g} s budget" if guard.fired else "halted on a Z-machine runtime error"
+        why = f"overran its {budget_s:g} s budget" if guard.fired else "is halted (a Z-machine runtime error)"
         raise EngineError(
             f"the TextWorld engine {why} and was stopped; reset() the env or restore a checkpoint"
         ) from error

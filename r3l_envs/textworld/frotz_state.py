@@ -115,7 +115,7 @@ def story_layout(path: str | Path) -> StoryLayout:
     if layout is None:
         layout = _layout_of(Path(path).read_bytes())
         with _layouts_lock:
-            if len(_layouts) >= 64:
+            if len(_layouts) >= 32:
                 _layouts.clear()
             _layouts[key] = layout
     return layout

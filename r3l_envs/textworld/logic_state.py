@@ -48,7 +48,7 @@ def _vocabulary(game: Any) -> tuple[frozenset, dict[str, str]]:
     types.update({name: info.type for name, info in game.infos.items() if info.type is not None})
     types.update({v.name: v.type for v in game.kb.types.constants_mapping.values()})
     with _derived_lock:
-        if len(_games) >= 64:
+        if len(_games) >= 32:
             _games.clear()
             _derived.clear()  # its keys hold the ids of the games just dropped, which new games may reuse
         _games[id(game)] = (game, signatures, types)
