@@ -394,17 +394,17 @@ def _guarded(tw: Any, budget_s: float, call: Any, *args: Any) -> Any:
 
 def _check_snapshot(snap: _Snapshot, tw: Any, game: Any) -> None:
     """Raise ``ValueError`` unless ``snap`` is a state of ``game`` (played by the engine ``tw``)."""
-    import numpy as np
 
     tracker, i7, jericho = _layers(tw)
     frotz = jericho._jericho
     lib = frotz.frotz_lib
     with ENGINE_LOCK:
-        live = np.empty(lib.getRAMSize(), dtype=np.uint8)
-        lib.getRAM(live.ctypes.data)
         stack_size = lib.getStackSize()
+        header = _fresh_headers.get(frotz.story_file)
+        if header is None:  # not started by _start_engine: read it now (a running game writes only Flags 2)
+            header = _ram_header(frotz)
     layout = story_layout(frotz.story_file.decode("utf-8"))  # jericho keeps the path as UTF-8
-    check_frotz_state(snap.frotz, layout, live[:64], stack_size)
+    check_frotz_state(snap.frotz, layout, header, stack_size)
     if not (isinstance(snap.valid_actions, list) and all(isinstance(a, tuple) for a in snap.valid_actions)):
         raise ValueError("valid actions are not a list of packed actions")
     last = snap.last
@@ -429,6 +429,21 @@ def _check_snapshot(snap: _Snapshot, tw: Any, game: Any) -> None:
         _pack_action,
         tracker._inform7.gen_commands_from_actions,
     )
+
+
+#: The header of each story's memory as the interpreter sets it up at load (the story's own header plus what the
+#: interpreter writes: screen size, interpreter number, ...), by story path. Checkpoints are compared with this,
+#: not with the running engine's memory, which a forged state that got past the checks may have written to.
+_fresh_headers: dict[bytes, Any] = {}
+
+
+def _ram_header(frotz: Any) -> Any:
+    """The first 64 bytes of ``frotz``'s memory (call under :data:`ENGINE_LOCK`)."""
+    import numpy as np
+
+    ram = np.empty(frotz.frotz_lib.getRAMSize(), dtype=np.uint8)
+    frotz.frotz_lib.getRAM(ram.ctypes.data)
+    return ram[:64].copy()
 
 
 def _is_count(value: Any) -> bool:
@@ -458,6 +473,10 @@ def _start_engine(path: Path, budget_s: float) -> tuple[Any, Any]:
             env = TWInform7(machine)
             _guarded(env, budget_s, env.load, str(path))
             env.seed(0)  # jericho's RNG is part of its saved state; a fixed seed makes episodes reproducible
+            frotz = _frotz_of(env)
+            if len(_fresh_headers) >= _GAMES_KEPT:
+                _fresh_headers.clear()
+            _fresh_headers[frotz.story_file] = _ram_header(frotz)
         return env, env._wrapped_env._game  # the Game that TextWorld's StateTracking layer holds
     except EngineError:
         raise

@@ -6,8 +6,8 @@ A state saved between two turns has a known shape, which this module checks agai
 a Quetzal restore checks a save file (release, serial and checksum), and further:
 
 - RAM: jericho saves dynamic memory only (the header's static-memory base, so static and high memory come
-  from the story file itself). Its header must equal the running interpreter's (which is the story's plus
-  what the interpreter writes), except Flags 2, which games write; the object table must be a tree (parents,
+  from the story file itself). Its header must equal the one the interpreter sets up at load (the story's
+  plus what the interpreter writes), except Flags 2, which games write; the object table must be a tree (parents,
   siblings and children in range, each child on its parent's list once, no cycles) whose entries point to
   the story's property tables; the property tables' layout (short names, sizes, numbers) and the
   abbreviations table must be the story's, since Z-code can change property values but not their layout.
@@ -127,7 +127,7 @@ def check_frotz_state(state: Any, layout: StoryLayout, live_header: np.ndarray, 
     Args:
         state: jericho's ``get_state()`` tuple, from a checkpoint.
         layout: the story's :class:`StoryLayout`.
-        live_header: the first 64 bytes of a running interpreter's memory for this story.
+        live_header: the first 64 bytes of the interpreter's memory for this story, as it loads the story.
         stack_size: the interpreter's stack size in bytes (``getStackSize()``).
     """
     if not (isinstance(state, tuple) and len(state) == 9):

@@ -337,3 +337,20 @@ def test_a_runtime_error_halt_is_an_engine_error_not_an_observation(game):
         env.step("look")
     r3l_envs.restore(env, ckpt)
     assert [env.step(a) for a in rest] == expected
+
+
+@pytest.mark.timeout(120, method="thread")
+def test_genuine_checkpoints_restore_after_a_forged_state_wrote_into_the_header(game):
+    """Global 236 of this game set to 0 passes the checks, and the next move writes into the memory header.
+    Checkpoints are compared with the header as the interpreter loads it, not with that damaged engine."""
+    env, ckpt, rest, expected = game
+    start_over(env, ckpt)
+    layout = _layout()
+    globals_at = int(layout.code[0x0C]) << 8 | layout.code[0x0D]
+    r3l_envs.restore(env, resigned(ckpt, ram_bytes(lambda ram, _: _word(ram, globals_at + 2 * 236, 0))))
+    env.step("look")
+    frotz = env.unwrapped._layers()[2]._jericho
+    state = frotz.get_state()
+    assert not np.array_equal(state[RAM][:6], np.frombuffer(layout.code[:6], dtype=np.uint8))  # it did write
+    r3l_envs.restore(env, ckpt)
+    assert [env.step(a) for a in rest] == expected
