@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,8 +156,9 @@ def evaluate(
             tasks = reset_task_ids(envs[0], range(seed, seed + episodes)) or []
             prebuild(env_id, env_kwargs, {split: tasks}, progress=progress)
         desc = desc or env_id
-        with phase(desc, total=episodes, unit="ep", enabled=progress, status=_work_done(policy)) as bar:
-            show = _Progress(bar, trajs, live, (config or RolloutConfig()).max_turns)
+        show = _Progress(policy, trajs, live, (config or RolloutConfig()).max_turns)
+        with phase(desc, total=episodes, unit="ep", enabled=progress, status=show.status) as bar:
+            show.bar = bar
             for first in range(0, episodes, len(envs)):
                 k = min(len(envs), episodes - first)
                 seeds = [seed + first + i for i in range(k)]
@@ -188,12 +189,22 @@ def _write(out: str | Path | None, trajs: list[Trajectory]) -> None:
 
 
 class _Progress:
-    """The bar's postfix, updated after every round of a batch (``rollout_batch(on_round=...)``)."""
+    """The bar's postfix, updated after every round of a batch (``rollout_batch(on_round=...)``), and its live
+    status within a round: the tokens the policy has scored or generated since the round began, for a policy that
+    counts them (``tokens_done``, as :class:`r3l_learn.hf_policy.HFPolicy` does)."""
 
-    def __init__(self, bar: Phase, finished: list[Trajectory], live: list[AgentEpisode], max_turns: int | None):
-        self.bar, self.finished, self.live, self.max_turns = bar, finished, live, max_turns
+    def __init__(self, policy: Policy, finished: list[Trajectory], live: list[AgentEpisode], max_turns: int | None):
+        self.policy, self.finished, self.live, self.max_turns = policy, finished, live, max_turns
+        self.bar: Phase | None = None
         self.rounds = 0
-        self.updates = 0  # postfixes shown: one per batch start and one per round
+        self.round_start = self._tokens_done()
+
+    def status(self) -> str:
+        done = self._tokens_done()
+        return "" if done is None else f"round_tokens={done - self.round_start}"
+
+    def _tokens_done(self) -> int | None:
+        return getattr(self.policy, "tokens_done", None)
 
     def start_batch(self) -> None:
         self.rounds = 0
@@ -221,13 +232,5 @@ class _Progress:
         fields["tokens"] = tokens
         if done:
             fields["success"] = f"{sum(t.won for t in done) / len(done):.2f}"
-        self.updates += 1
+        self.round_start = self._tokens_done()
         self.bar.set_postfix(**fields)
-
-
-def _work_done(policy: Policy) -> Callable[[], str] | None:
-    """A live counter of the tokens ``policy`` has scored or generated (within a long round), if it keeps one."""
-    if not hasattr(policy, "tokens_done"):
-        return None
-    start = policy.tokens_done
-    return lambda: f"model tokens={policy.tokens_done - start}"

@@ -452,7 +452,8 @@ def _save(run: _Run) -> None:
         "rng": rng_state(),
         "eval_before": asdict(run.eval_before) if run.eval_before else None,
     }
-    save_checkpoint(run.out / "checkpoints", run.completed, state, keep=run.config.keep_checkpoints)
+    with phase(f"saving the checkpoint of step {run.completed} (weights and optimiser state)"):
+        save_checkpoint(run.out / "checkpoints", run.completed, state, keep=run.config.keep_checkpoints)
 
 
 def _finish(run: _Run, interrupted: bool) -> TrainResult:
@@ -465,8 +466,9 @@ def _finish(run: _Run, interrupted: bool) -> TrainResult:
     eval_after = _eval(config, run.player, config.steps, run.log) if config.eval_episodes else None
     run.log.close()
     if config.save_final:
-        run.model.save_pretrained(run.out / "final")
-        run.policy.tokenizer.save_pretrained(run.out / "final")
+        with phase(f"saving the trained model to {run.out / 'final'}"):
+            run.model.save_pretrained(run.out / "final")
+            run.policy.tokenizer.save_pretrained(run.out / "final")
     report(run.out, run.eval_before, eval_after)
     return TrainResult(config.steps, run.eval_before, eval_after, run.metrics, run.out)
 

@@ -153,6 +153,7 @@ def test_training_off_a_terminal_writes_one_line_per_phase_and_nothing_without_p
     assert names == [
         "eval before training (2 ep)",
         "training grpo on r3ltest/Corridor-v0 (2 step)",
+        "saving the checkpoint of step 2 (weights and optimiser state)",
         "eval after training (2 ep)",
     ]
     assert len(lines) == 2 * len(names) and all(" done in " in line for line in lines if not line.endswith(" ..."))
