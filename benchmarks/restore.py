@@ -94,7 +94,7 @@ def _fresh_process(env_id: str, kwargs: dict[str, Any], data: bytes) -> float:
     code = (
         "import sys, time, gymnasium as gym, r3l_envs\n"
         f"env = gym.make({env_id!r}, **{kwargs!r})\n"
-        "ckpt = r3l_envs.Checkpoint.from_bytes(open(sys.argv[1], 'rb').read())\n"
+        "ckpt = r3l_envs.Checkpoint.from_bytes(open(sys.argv[1], 'rb').read(), trusted=True)\n"
         "t = time.perf_counter(); r3l_envs.restore(env, ckpt); print(time.perf_counter() - t)\n"
         "env.close()\n"
     )
@@ -125,7 +125,9 @@ def bench_env(env_id: str, *, step: int, repeats: int, fresh: int) -> dict[str, 
         if native:
             _replay_forbidden(b)
         data = ckpt.to_bytes()
-        first.append(_timed(lambda b=b, data=data: r3l_envs.restore(b, r3l_envs.Checkpoint.from_bytes(data))))
+        first.append(
+            _timed(lambda b=b, data=data: r3l_envs.restore(b, r3l_envs.Checkpoint.from_bytes(data, trusted=True)))
+        )
         others.append(b)
     b = others.pop()
     for env in others:

@@ -58,7 +58,7 @@ def _thread(seed: int, rounds: int, check_every: int, copies: bool) -> int:
                 break
         for ckpt in rng.sample(ckpts, min(3, len(ckpts))):
             r3l_envs.restore(own, ckpt, via=rng.choice(("native", "replay")))
-            r3l_envs.restore(other, r3l_envs.Checkpoint.from_bytes(ckpt.to_bytes()))
+            r3l_envs.restore(other, r3l_envs.Checkpoint.from_bytes(ckpt.to_bytes(), trusted=True))
             other.step(rng.choice(BAD))
             ops += 2
         if copies and rng.random() < 0.3:  # a copy of the running env, played on and dropped

@@ -232,7 +232,7 @@ def _check_checkpoints(
                 )
         if make_fresh is not None:
             with _closing(make_fresh()) as fresh:
-                restore(fresh, Checkpoint.from_bytes(ckpt.to_bytes()))
+                restore(fresh, Checkpoint.from_bytes(ckpt.to_bytes(), trusted=True))  # bytes it wrote: natively
                 diff = _first_difference(expected, _continue(fresh, rest))
                 if diff:
                     raise EnvCheckError(

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import pickle
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -52,6 +53,8 @@ _KEYED_MAGIC = b"R3LCKPTK"  # the same frame, tagged with an HMAC-SHA256 instead
 #: The environment variable holding the checkpoint key when ``key=`` is not given (its UTF-8 bytes).
 KEY_VARIABLE = "R3L_CHECKPOINT_KEY"
 _MIN_KEY_BYTES = 16
+
+logger = logging.getLogger(__name__)
 _HEADER = struct.Struct(">H32s")  # format version, sha256 of the version and the body
 _VERSION = struct.Struct(">H")
 _RESTORE_KINDS = ("native", "replay")
@@ -83,6 +86,11 @@ class Checkpoint:
     #: sha256 (hex) of ``payload``, taken at capture: equal digests mean identical saved states, and restore
     #: refuses a payload that no longer matches it (altered after capture).
     digest: str
+    #: Whether the state comes from a source that vouches for it: made by :func:`checkpoint` in this process, or
+    #: read from bytes with a valid key (or ``trusted=True``). Not part of the bytes, nor of equality. Envs whose
+    #: native state checks cannot make safe (``TextEnv.native_state_needs_key``) restore an unauthenticated one
+    #: by replay.
+    authenticated: bool = field(default=True, compare=False, repr=False)
 
     def to_bytes(self, *, key: bytes | str | None = None) -> bytes:
         """Serialise as plain data behind a magic header, the format version and an integrity tag.
@@ -92,7 +100,7 @@ class Checkpoint:
                 only a reader holding the same key accepts the bytes. Without one, a sha256 that catches damage.
         """
         key = _resolve_key(key)
-        fields = {**self.__dict__, "format_version": FORMAT_VERSION}
+        fields = {**{name: getattr(self, name) for name in _FIELD_TYPES}, "format_version": FORMAT_VERSION}
         body = codec.encode(fields)
         version = _VERSION.pack(FORMAT_VERSION)
         if key is None:
@@ -107,8 +115,9 @@ class Checkpoint:
 
         Args:
             data: bytes from :meth:`to_bytes`.
-            trusted: also read format 1, which was a pickle: only for bytes you wrote yourself, since
-                unpickling can run any code. The checkpoint comes back in the current, safe format.
+            trusted: you vouch for these bytes (you wrote them yourself): also read format 1, which was a pickle
+                (unpickling can run any code; the checkpoint comes back in the current, safe format), and mark the
+                checkpoint ``authenticated`` as a valid key would.
             key: the key the bytes were written with (default: ``R3L_CHECKPOINT_KEY`` if set). With a key, only
                 bytes carrying a valid HMAC under it are read; the tag is checked before anything is decoded.
             max_bytes: refuse larger input unread (default :func:`r3l_envs.codec.default_max_bytes`, 256 MiB,
@@ -158,7 +167,8 @@ class Checkpoint:
             raise CorruptCheckpointError(f"checkpoint format {version} does not exist (bytes altered?)")
         if not keyed and hashlib.sha256(signed).digest() != tag:
             raise CorruptCheckpointError("checkpoint digest mismatch: the bytes were truncated or altered")
-        return cls(**_checked_fields(codec.decode(body, max_bytes=max_bytes)))
+        fields = _checked_fields(codec.decode(body, max_bytes=max_bytes))
+        return cls(**fields, authenticated=keyed or trusted)
 
     @classmethod
     def _from_pickle_format(cls, body: bytes, digest: bytes, *, trusted: bool) -> Checkpoint:
@@ -306,8 +316,10 @@ def restore(env: gym.Env, ckpt: Checkpoint, *, via: RestoreKind | None = None) -
     Args:
         env: the env to restore into.
         ckpt: a checkpoint from :func:`checkpoint` or :meth:`Checkpoint.from_bytes`.
-        via: ``"native"`` or ``"replay"``; defaults to the env's own ``restore_kind``. Every env can also
-            restore by verified replay of the recorded actions (slower; a cross-check of native restore).
+        via: ``"native"`` or ``"replay"``; defaults to the env's own ``restore_kind``, except that an env whose
+            native state needs a key (``TextEnv.native_state_needs_key``) restores an unauthenticated checkpoint
+            by replay. Every env can also restore by verified replay of the recorded actions (slower; a
+            cross-check of native restore).
 
     Raises:
         CheckpointMismatchError: another env id, kwargs, wrapper stack, or a task not in this env's split.
@@ -315,6 +327,8 @@ def restore(env: gym.Env, ckpt: Checkpoint, *, via: RestoreKind | None = None) -
         CorruptCheckpointError: the saved state is not one this env and wrapper stack can have saved. If it
             only shows while the env loads it natively, the env drops its episode (the next step asks for a
             reset) rather than continue from a half-loaded state.
+        CheckpointAuthError: ``via="native"`` asked for an unauthenticated checkpoint of an env whose native state
+            needs a key.
         ReplayDivergenceError: verified replay saw a different observation than the one recorded.
         UnsupportedWrapperError: a wrapper whose state cannot be restored.
     """
@@ -349,7 +363,16 @@ def restore(env: gym.Env, ckpt: Checkpoint, *, via: RestoreKind | None = None) -
             f"checkpoint task {ckpt.task_id!r} is not in split {base.split!r} of this env; "
             "make the env with the kwargs in ckpt.env_kwargs"
         )
-    via = via or ckpt.restore_kind
+    if via is None:
+        via = ckpt.restore_kind
+        if via == "native" and base.native_state_needs_key and not ckpt.authenticated:
+            logger.info("%s: restoring an unauthenticated checkpoint by replay (no key)", type(base).__name__)
+            via = "replay"
+    elif via == "native" and base.native_state_needs_key and not ckpt.authenticated:
+        raise CheckpointAuthError(
+            f"{type(base).__name__} loads native engine state only from an authenticated checkpoint: read the bytes "
+            f"with their key (key= or {KEY_VARIABLE}), or with trusted=True if you wrote them; or restore via='replay'"
+        )
     if via not in ("native", "replay"):
         raise ValueError(f"via must be 'native' or 'replay', got {via!r}")
     if via == "native" and base.restore_kind != "native":

@@ -133,6 +133,11 @@ class TextEnv(gym.Env[str, str]):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"]}
     restore_kind: ClassVar[RestoreKind] = "native"
+    #: True where checks cannot make forged native state safe: the engine runs native code that trusts values a
+    #: game may legitimately change (addresses it does not bounds-check), so a forgery that passes every check can
+    #: still crash the process. ``restore`` then loads native state only from checkpoints made in this process or
+    #: read with a valid key (or ``trusted=True``), and restores the others by verified replay of their actions.
+    native_state_needs_key: ClassVar[bool] = False
     #: What the env declares for the layers above (see :class:`EnvInfo`): set these in a subclass, and override
     #: :meth:`expert_actions` where the env knows a winning plan. Nothing above ``r3l_envs`` asks an env's name.
     prompt_family: ClassVar[str] = "generic"

@@ -46,7 +46,8 @@ class MalformedDataError(R3LEnvError, ValueError):
 
 
 class EngineError(R3LEnvError, RuntimeError):
-    """An env's external engine (e.g. the ScienceWorld JVM) failed to start, died or stopped answering.
+    """An env's engine failed to start, died, halted on a runtime error or overran its time budget (the
+    ScienceWorld JVM; the TextWorld interpreter, whose every call runs under a watchdog).
 
     The env stays usable: ``reset()`` or ``r3l_envs.restore(env, ckpt)`` starts a new engine process.
     """

@@ -113,6 +113,9 @@ class TextWorldEnv(TextEnv):
     """
 
     restore_kind = "native"
+    # Checks bound the Z-machine state a checkpoint may carry, but frotz trusts the addresses in memory a game may
+    # legitimately change: forged values there that pass every check can still crash it (segfaults seen in fuzzing).
+    native_state_needs_key = True
     prompt_family = "textgame"
     #: Seconds one engine call (load, reset, step) may take before the engine is halted and the call raises
     #: :class:`~r3l_envs.errors.EngineError`. Real games take milliseconds; set it on an instance to change it.

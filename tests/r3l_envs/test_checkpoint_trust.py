@@ -51,7 +51,7 @@ def state_of(env):
 
 def old_format_bytes(ckpt):
     """What format 1 (r3l before issue 16) wrote for ``ckpt``: a pickle whose payload is a pickle."""
-    fields = {k: v for k, v in ckpt.__dict__.items() if k != "digest"}
+    fields = {k: v for k, v in ckpt.__dict__.items() if k not in ("digest", "authenticated")}
     fields["format_version"] = 1
     fields["payload"] = pickle.dumps(codec.decode(ckpt.payload))
     return framed(1, pickle.dumps(fields), digest_version=False)

@@ -64,7 +64,7 @@ def test_checkpoint_restores_natively_in_a_fresh_instance(name, monkeypatch):
 
     b = _make(name)
     _forbid_replay(b, monkeypatch)
-    r3l_envs.restore(b, r3l_envs.Checkpoint.from_bytes(ckpt.to_bytes()))
+    r3l_envs.restore(b, r3l_envs.Checkpoint.from_bytes(ckpt.to_bytes(), trusted=True))  # our own bytes
     assert [b.step(action) for action in actions[k:]] == expected
     r3l_envs.restore(b, ckpt)  # again in B, which now holds that state
     assert [b.step(action) for action in actions[k:]] == expected

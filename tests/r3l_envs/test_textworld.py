@@ -73,7 +73,7 @@ def test_checkpoint_diverge_restore_gives_identical_transcript(cooking_env):
     assert original[-1][4]["won"]
 
     fresh = make("cooking")
-    r3l_envs.restore(fresh, r3l_envs.Checkpoint.from_bytes(ckpt.to_bytes()))
+    r3l_envs.restore(fresh, r3l_envs.Checkpoint.from_bytes(ckpt.to_bytes(), trusted=True))  # natively
     assert transcript(fresh, walk[k:]) == original
     fresh.close()
 
@@ -91,7 +91,7 @@ def test_restore_in_another_process(cooking_env, tmp_path):
         f"""
         import pickle, sys, gymnasium as gym, r3l_envs
         env = gym.make({ENV_ID!r}, game_type="cooking", difficulty=1, max_tasks=2)
-        r3l_envs.restore(env, r3l_envs.Checkpoint.from_bytes(open(sys.argv[1], "rb").read()))
+        r3l_envs.restore(env, r3l_envs.Checkpoint.from_bytes(open(sys.argv[1], "rb").read(), trusted=True))
         out = [(o, r, t, tr, i["score"], i["won"], i["admissible_actions"])
                for o, r, t, tr, i in (env.step(a) for a in {walk[2:]!r})]
         sys.stdout.buffer.write(pickle.dumps(out))

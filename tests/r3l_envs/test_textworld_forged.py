@@ -17,7 +17,7 @@ import pytest
 
 import r3l_envs
 from r3l_envs import Checkpoint, codec
-from r3l_envs.errors import CorruptCheckpointError, EngineError
+from r3l_envs.errors import CheckpointAuthError, CorruptCheckpointError, EngineError
 
 pytest.importorskip("textworld")
 
@@ -49,7 +49,9 @@ def resigned(ckpt: Checkpoint, mutate) -> Checkpoint:
     mutate(state["env"]["native"])
     payload = codec.encode(state)
     forged = dataclasses.replace(ckpt, payload=payload, digest=hashlib.sha256(payload).hexdigest())
-    return Checkpoint.from_bytes(forged.to_bytes())
+    # trusted=True: read as bytes their holder vouches for (or a key holder wrote), the checks are all that stands
+    # between them and the engine; unvouched bytes restore by replay (test_unauthenticated_bytes_restore_by_replay)
+    return Checkpoint.from_bytes(forged.to_bytes(), trusted=True)
 
 
 def frotz_field(index: int, change):
@@ -353,4 +355,29 @@ def test_genuine_checkpoints_restore_after_a_forged_state_wrote_into_the_header(
     state = frotz.get_state()
     assert not np.array_equal(state[RAM][:6], np.frombuffer(layout.code[:6], dtype=np.uint8))  # it did write
     r3l_envs.restore(env, ckpt)
+    assert [env.step(a) for a in rest] == expected
+
+
+def test_unauthenticated_bytes_restore_by_replay(game):
+    """Unkeyed bytes nobody vouched for never reach frotz's memory: restore replays their (sanitised) actions on a
+    genuine engine, so forged RAM is ignored and the continuation is the genuine one; asking for a native load
+    of them is refused."""
+    env, ckpt, rest, expected = game
+    noise = np.random.default_rng(0)
+    state = codec.decode(ckpt.payload)
+    fields = list(state["env"]["native"].frotz)
+    fields[RAM] = noise.integers(0, 256, fields[RAM].shape, dtype=np.uint8)
+    state["env"]["native"] = dataclasses.replace(state["env"]["native"], frotz=tuple(fields))
+    payload = codec.encode(state)
+    forged = dataclasses.replace(ckpt, payload=payload, digest=hashlib.sha256(payload).hexdigest())
+    unvouched = Checkpoint.from_bytes(forged.to_bytes())
+    assert not unvouched.authenticated and ckpt.authenticated
+    with pytest.raises(CheckpointAuthError, match="authenticated"):
+        r3l_envs.restore(env, unvouched, via="native")
+    r3l_envs.restore(env, unvouched)  # by replay
+    assert [env.step(a) for a in rest] == expected
+    key = b"a key the checkpoint's writer holds"
+    keyed = Checkpoint.from_bytes(ckpt.to_bytes(key=key), key=key)
+    assert keyed.authenticated
+    r3l_envs.restore(env, keyed, via="native")
     assert [env.step(a) for a in rest] == expected
