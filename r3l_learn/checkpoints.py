@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from r3l_learn.errors import ResumeError
+from r3l_learn.errors import ResumeError, brief
 
 __all__ = [
     "CheckedCheckpoint",
@@ -143,7 +143,7 @@ def _numpy_rng(value: Any) -> tuple[Any, ...]:
 
 def _torch_rng(value: Any, what: str, like: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     if not isinstance(value, torch.Tensor) or value.layout != torch.strided or value.is_quantized:
-        raise _Problem(f"{what} is a {type(value).__name__}, not a dense tensor")
+        raise _Problem(f"{what} is {_short(value)}, not a dense tensor")
     if value.dtype != torch.uint8 or value.shape != like.shape:
         raise _Problem(
             f"{what} is a {_dtype(value.dtype)} tensor of shape {tuple(value.shape)}; torch's generator state is "
@@ -235,7 +235,7 @@ def check_checkpoint(
     finite; the optimiser state must be AdamW's for those parameters (the same parameter groups with this run's
     hyperparameters; per parameter ``step``, ``exp_avg`` and ``exp_avg_sq`` of the parameter's shape and dtype,
     finite, the second moment non-negative); the RNG states must be ones their generators take; step and
-    cursor whole numbers >= 0, the step the one the file is named for.
+    cursor whole numbers in [0, 2**63), the step the one the file is named for.
 
     Raises:
         ResumeError: naming ``source`` and the first entry that does not fit.
@@ -243,7 +243,7 @@ def check_checkpoint(
     try:
         state = _mapping(state, "the checkpoint")
         _keys(state, "the checkpoint", REQUIRED_KEYS, OPTIONAL_KEYS)
-        step = _integer(state["step"], "step", 0)
+        step = _integer(state["step"], "step", 0, 2**63 - 1)
         named = _NAME.search(source)
         if named and int(named.group(1)) != step:
             raise _Problem(f"step is {step}, but the file is named for step {int(named.group(1))}")
@@ -308,7 +308,7 @@ def _check_optimizer(saved: Any, model: torch.nn.Module, optimizer: torch.optim.
     seen: set[int] = set()  # storages the moments use
     for index, entry in per_param.items():  # a parameter not stepped yet has no entry
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(params):
-            raise _Problem(f"optimizer.state has an entry {index!r}, not a parameter index below {len(params)}")
+            raise _Problem(f"optimizer.state has an entry {_short(index)}, not a parameter index below {len(params)}")
         param = params[index]
         label = f"optimizer.state[{index}] ({names.get(id(param), 'a parameter')})"
         entry = _mapping(entry, label)
@@ -362,7 +362,7 @@ def _adam_step(value: Any, what: str) -> torch.Tensor:
 def _tensor(value: Any, what: str, like: torch.Tensor, whose: str, *, nonnegative: bool = False) -> torch.Tensor:
     """``value`` if it is a dense CPU tensor of ``like``'s shape and dtype with finite values (and >= 0)."""
     if not isinstance(value, torch.Tensor):
-        raise _Problem(f"{what} is a {type(value).__name__}, not a tensor")
+        raise _Problem(f"{what} is {_short(value)}, not a tensor")
     if value.layout != torch.strided or value.is_quantized or value.device.type != "cpu":
         raise _Problem(f"{what} is a {value.layout} tensor on {value.device}, not a dense CPU tensor")
     if value.shape != like.shape:
@@ -378,13 +378,13 @@ def _tensor(value: Any, what: str, like: torch.Tensor, whose: str, *, nonnegativ
 
 def _mapping(value: Any, what: str) -> dict[Any, Any]:
     if not isinstance(value, Mapping):
-        raise _Problem(f"{what} is a {type(value).__name__}, not a dict")
+        raise _Problem(f"{what} is {_short(value)}, not a dict")
     return dict(value)
 
 
 def _sequence(value: Any, what: str, *, length: int | None = None) -> list[Any]:
     if not isinstance(value, list | tuple):
-        raise _Problem(f"{what} is a {type(value).__name__}, not a list")
+        raise _Problem(f"{what} is {_short(value)}, not a list")
     if length is not None and len(value) != length:
         raise _Problem(f"{what} has {len(value)} items, not {length}")
     return list(value)
@@ -403,7 +403,8 @@ def _integer(value: Any, what: str, low: int, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _Problem(f"{what} is {_short(value)}, not a whole number")
     if value < low or (high is not None and value > high):
-        raise _Problem(f"{what} is {value}, outside [{low}, {'inf' if high is None else high}]")
+        bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise _Problem(f"{what} is {_short(value)}, not {bounds}")
     return value
 
 
@@ -440,11 +441,10 @@ def _names(names: Any, shown: int = 3) -> str:
     return ", ".join(map(str, names[:shown])) + more
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def _short(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"a {_dtype(value.dtype)} tensor of shape {tuple(value.shape)}"
-    text = repr(value) if isinstance(value, str | int | float | type(None)) else f"a {type(value).__name__}"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return brief(value)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,5 +1,9 @@
 """A training run on disk and across Ctrl-C: its trainable weights, resuming from its newest checkpoint, the
-evals it recorded, its end-of-run report, and SIGINT handling that never leaves weights half-updated."""
+evals it recorded, its end-of-run report, and SIGINT handling that never leaves weights half-updated.
+
+What a resume reads (the checkpoint, ``metrics.jsonl``, ``evals.json``, ``config.json``) may have been written by
+anyone: it is checked in full before anything is applied, and whatever does not fit raises
+:class:`r3l_learn.errors.ResumeError` naming the file and the entry."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ import torch
 
 from r3l_learn.checkpoints import check_checkpoint, check_weights, latest_checkpoint, load_checkpoint, set_rng_state
 from r3l_learn.config import RESUMABLE_CHANGES, TrainConfig, config_from_dict
-from r3l_learn.errors import ResumeError
+from r3l_learn.errors import ResumeError, brief
 from r3l_learn.evaluate import EvalSummary
 from r3l_learn.metrics import plot_metrics, read_metrics, summary_lines
 from r3l_learn.train_setup import TaskStream
@@ -39,6 +43,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _MAX_DEPTH = 32  # plain data in a saved config nests a few levels (env_kwargs); deeper is not ours
+_MAX_VALUES = 100_000  # and holds a few hundred values
 _MAX_JSON_BYTES = 1 << 20  # config.json and evals.json are a few kilobytes
 
 
@@ -136,7 +141,7 @@ def resume_state(config: TrainConfig, model: Any, optimizer: Any, stream: TaskSt
 def _check_saved_config(saved: dict[str, Any], config: TrainConfig, source: str) -> None:
     """The checkpoint's config must be plain data naming known fields, and make the same run as ``config``."""
     known = {f.name for f in dataclasses.fields(TrainConfig)}
-    unknown = [repr(k) for k in saved if k not in known]
+    unknown = [brief(k) for k in saved if k not in known]
     if unknown:
         raise ResumeError(
             f"{source}: config has fields this r3l does not know ({', '.join(unknown[:3])}): a file from another "
@@ -154,21 +159,26 @@ def _check_saved_config(saved: dict[str, Any], config: TrainConfig, source: str)
         )
 
 
-def _not_plain(value: Any, depth: int = 0) -> str | None:
-    """Why ``value`` is not JSON-like plain data (None, bool, numbers, strings, lists, str-keyed dicts), or None."""
-    if depth > _MAX_DEPTH:
-        return f"nests deeper than {_MAX_DEPTH} levels"
-    if value is None or isinstance(value, bool | int | float | str):
-        return None
-    if isinstance(value, list | tuple):
-        items = value
-    elif isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
+def _not_plain(value: Any) -> str | None:
+    """Why ``value`` is not JSON-like plain data (None, bool, numbers, strings, lists, str-keyed dicts), or None.
+    Bounded: a crafted file can nest deeply, or repeat one list inside another so that walking it never ends."""
+    stack, pushed = [(value, 0)], 1
+    while stack:
+        item, depth = stack.pop()
+        if item is None or isinstance(item, bool | int | float | str):
+            continue
+        if depth >= _MAX_DEPTH:
+            return f"nests deeper than {_MAX_DEPTH} levels"
+        if isinstance(item, dict) and not all(isinstance(k, str) for k in item):
             return "is a dict with keys that are not strings"
-        items = value.values()
-    else:
-        return f"holds a {type(value).__name__}, not plain data"
-    return next((p for p in (_not_plain(v, depth + 1) for v in items) if p), None)
+        if not isinstance(item, dict | list | tuple):
+            return f"holds {brief(item)}, not plain data"
+        children = item.values() if isinstance(item, dict) else item
+        pushed += len(children)
+        if pushed > _MAX_VALUES:
+            return f"holds more than {_MAX_VALUES} values"
+        stack.extend((child, depth + 1) for child in children)
+    return None
 
 
 def _metrics_until(path: Path, step: int) -> list[dict[str, Any]] | None:
@@ -243,7 +253,7 @@ def eval_summary(data: Any, source: str) -> EvalSummary | None:
         raise ResumeError(f"{source} is a {type(data).__name__}, not an eval summary")
     fields = {f.name: f for f in dataclasses.fields(EvalSummary)}
     missing = [n for n, f in fields.items() if f.default is dataclasses.MISSING and n not in data]
-    unknown = [repr(k) for k in data if k not in fields]
+    unknown = [brief(k) for k in data if k not in fields]
     if missing or unknown:
         raise ResumeError(f"{source} is not an eval summary (lacks {missing}, unknown {unknown}); delete it")
     values = {name: _field_value(data[name], fields[name].type, f"{source}.{name}") for name in data}
@@ -255,8 +265,7 @@ def _field_value(value: Any, kind: Any, what: str) -> Any:
     if kind not in _FIELD_CHECKS:
         raise TypeError(f"eval_summary cannot check {what} of type {kind}: teach it that type")
     if not _FIELD_CHECKS[kind](value):
-        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-        raise ResumeError(f"{what} is {shown}, not a valid {kind}; delete the file")
+        raise ResumeError(f"{what} is {brief(value)}, not a valid {kind}; delete the file")
     return float(value) if kind == "float" else value
 
 

@@ -44,3 +44,22 @@ def test_garbage_is_a_resume_error(tmp_path):
     path.write_bytes(b"not a checkpoint at all")
     with pytest.raises(ResumeError):
         load_checkpoint(path)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        None,
+        {"python": (3, (0,) * 625, None), "numpy": ("MT19937", [0] * 624, 0, 0, 0.0)},  # torch's missing
+        {**rng_state(), "python": (3, (1 << 40,) * 625, None)},  # a word beyond 32 bits
+        {**rng_state(), "numpy": ("MT19937", [0] * 624, 625, 0, 0.0)},  # a position beyond the state
+        {**rng_state(), "torch": torch.zeros(5056, dtype=torch.uint8)},  # no valid Mersenne Twister state
+    ],
+)
+def test_a_malformed_rng_state_is_a_resume_error_and_no_generator_changes(bad):
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    before = (random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state())
+    with pytest.raises(ResumeError, match="RNG state"):
+        set_rng_state(bad)
+    assert random.getstate() == before[0] and np.array_equal(np.random.get_state()[1], before[1])
+    assert torch.equal(torch.get_rng_state(), before[2])

@@ -247,6 +247,19 @@ def _set(path: tuple, value: object):
     return forge
 
 
+def _wide_list() -> list:
+    """A list of a thousand references to a list of a thousand references to a list of a thousand zeros."""
+    inner = [0] * 1000
+    middle = [inner] * 1000
+    return [middle] * 1000
+
+
+def _self_list() -> list:
+    looped: list = []
+    looped.append(looped)
+    return looped
+
+
 @pytest.mark.parametrize(
     "forge",
     [
@@ -274,6 +287,9 @@ def _set(path: tuple, value: object):
         _set(("eval_before",), {"env_id": 1}),
         _set(("eval_before",), "good"),
         _set(("extra",), 1),
+        _set(("step",), 10**5000),  # its digits are more than Python prints
+        _set(("config", "env_kwargs"), {"k": _wide_list()}),  # a billion values, in a small file
+        _set(("config", "env_kwargs"), {"k": _self_list()}),
         lambda state: state.pop("rng"),
     ],
 )
@@ -339,6 +355,7 @@ _leaves = (
     | st.booleans()
     | st.integers(-(2**70), 2**70)
     | st.integers(-2, 5000)
+    | st.integers(15_000, 20_000).map(lambda bits: 1 << bits)  # more digits than Python prints
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(max_size=6)
     | _tensors
