@@ -68,10 +68,7 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: Any) -> None:
     """Restore the states :func:`rng_state` took; they are checked first, so a malformed one raises
     :class:`ResumeError` and leaves every generator as it was."""
-    try:
-        checked = check_rng_state(state)
-    except _Problem as exc:
-        raise ResumeError(f"RNG state: {exc}") from None
+    checked = check_rng_state(state)
     random.setstate(checked["python"])
     np.random.set_state(checked["numpy"])
     torch.set_rng_state(checked["torch"])
@@ -81,7 +78,14 @@ def set_rng_state(state: Any) -> None:
 
 def check_rng_state(state: Any) -> dict[str, Any]:
     """``state`` in the form the generators take, after trying each part on a throwaway generator of its kind
-    (the global ones are not touched). Raises ``_Problem`` naming the first malformed part."""
+    (the global ones are not touched); :class:`ResumeError` naming the first malformed part otherwise."""
+    try:
+        return _check_rng_state(state)
+    except _Problem as exc:
+        raise ResumeError(f"RNG state: {exc}") from None
+
+
+def _check_rng_state(state: Any) -> dict[str, Any]:
     state = _mapping(state, "rng")
     _keys(state, "rng", {"python", "numpy", "torch"}, {"cuda"})
     checked = {"python": _python_rng(state["python"]), "numpy": _numpy_rng(state["numpy"])}
@@ -110,8 +114,7 @@ def _python_rng(value: Any) -> tuple[Any, ...]:
     for i, word in enumerate(words[:-1]):
         _integer(word, f"rng.python[1][{i}]", 0, 2**32 - 1)
     _integer(words[-1], "rng.python[1][-1] (the position)", 0, _MT_WORDS)
-    if gauss is not None:
-        _real(gauss, "rng.python[2]")
+    gauss = None if gauss is None else _real(gauss, "rng.python[2] (the cached gaussian)")
     checked = (3, tuple(words), gauss)
     try:
         random.Random().setstate(checked)
@@ -251,7 +254,7 @@ def check_checkpoint(
         eval_before = state.get("eval_before")
         if eval_before is not None:
             eval_before = _mapping(eval_before, "eval_before")
-        check_rng_state(state["rng"])
+        _check_rng_state(state["rng"])
         return CheckedCheckpoint(
             step=step,
             cursor=_integer(state["cursor"], "cursor", 0, 2**63 - 1),
