@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import typing
 from pathlib import Path
@@ -114,7 +113,9 @@ def config_from_args(args: argparse.Namespace) -> Any:
     values: dict[str, Any] = dict(PRESETS[args.preset]) if args.preset else {}
     saved = Path(given.get("out_dir", values.get("out_dir", TrainConfig.out_dir))) / "config.json"
     if args.resume and saved.is_file():
-        values.update(json.loads(saved.read_text(encoding="utf-8")))
+        from r3l_learn.train_state import read_saved_config
+
+        values.update(read_saved_config(saved))  # checked: a ResumeError for anything a run does not write
     values.update(given)
     return config_from_dict(values)
 

@@ -31,6 +31,13 @@ def test_a_learner_error_is_one_line(capsys):  # r3l_learn: ModelNotFoundError
     assert _one_error_line(capsys.readouterr().err, "eval").startswith("unknown model 'no-such-model'")
 
 
+@pytest.mark.parametrize("saved", ['{"steps": "many"}', "[1, 2]", "{"])
+def test_a_garbage_saved_config_is_one_line(tmp_path, capsys, saved):  # the run's config.json, read by --resume
+    (tmp_path / "config.json").write_text(saved, encoding="utf-8")
+    assert main(["train", "--resume", "--out-dir", str(tmp_path)]) == 1
+    assert "config.json" in _one_error_line(capsys.readouterr().err, "train")
+
+
 def test_a_bad_groups_file_is_one_line_with_its_control_characters_escaped(tmp_path, capsys):  # wrappers
     bad = tmp_path / "evil\n\x1b[2J.jsonl"  # a newline would split the line, an escape sequence clear the screen
     bad.write_text("not a record\n", encoding="utf-8")
