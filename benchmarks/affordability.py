@@ -168,9 +168,10 @@ def collect_groups(args: argparse.Namespace) -> tuple[Any, list]:
     return config, groups
 
 
-def measure_prefix_modes(config: Any, groups: list, repeats: int) -> list[dict]:
-    """The update of ``groups``' rows under each of :data:`PREFIX_MODES`, on a fresh model (no optimiser step, so
-    every pass sees the same weights); CPU seconds are the fastest of ``repeats`` passes, made in turns."""
+def measure_prefix_modes(config: Any, groups: list, repeats: int, modes: list[str], sizes: list[int]) -> list[dict]:
+    """The update of ``groups``' rows under each of ``modes`` (:data:`PREFIX_MODES`) and micro-batch sizes, on a
+    fresh model (no optimiser step, so every pass sees the same weights); CPU seconds are the fastest of ``repeats``
+    passes, made in turns."""
     import torch
 
     from r3l_learn.batch import rows_from_groups
@@ -190,10 +191,11 @@ def measure_prefix_modes(config: Any, groups: list, repeats: int) -> list[dict]:
         ran[0] += kwargs["input_ids"].numel()
 
     hook = model.get_decoder().register_forward_pre_hook(count, with_kwargs=True)
-    results = {name: {"cpu": [], "ran": 0, "tokens": 0} for name in PREFIX_MODES}
+    results = {(size, name): {"cpu": [], "ran": 0, "tokens": 0} for size in sizes for name in modes}
     try:
         for _ in range(repeats):
-            for name, (_, fields) in PREFIX_MODES.items():
+            for size, name in results:
+                fields = PREFIX_MODES[name][1]
                 loss = LossConfig.for_algorithm(
                     config.algorithm,
                     config.hyper_values(),
@@ -210,17 +212,19 @@ def measure_prefix_modes(config: Any, groups: list, repeats: int) -> list[dict]:
                     model,
                     rows,
                     loss,
-                    micro_batch_size=config.micro_batch_size,
+                    micro_batch_size=size,
                     pad_id=policy.pad_token_id,
                     autocast=autocast,
                 )
-                results[name]["cpu"].append(time.process_time() - start)
-                results[name]["ran"], results[name]["tokens"] = ran[0], stats.tokens
+                results[size, name]["cpu"].append(time.process_time() - start)
+                results[size, name]["ran"], results[size, name]["tokens"] = ran[0], stats.tokens
     finally:
         hook.remove()
     return [
         {
             "mode": name,
+            "micro_batch_size": size,
+            "autocast": "bf16" if autocast is not None else "off",
             "trajectories": trajectories,
             "rows": len(rows),
             "row_tokens": r["tokens"],
@@ -229,12 +233,11 @@ def measure_prefix_modes(config: Any, groups: list, repeats: int) -> list[dict]:
             "update_cpu_s_per_trajectory": min(r["cpu"]) / trajectories,
             "update_cpu_s_all": r["cpu"],
         }
-        for name, r in results.items()
+        for (size, name), r in results.items()
     ]
 
 
-def render_prefix(rows: list[dict], facts: dict, command: str, loads: tuple, micro_batch: int) -> str:
-    shared = next(r for r in rows if r["mode"] == "shared")
+def render_prefix(rows: list[dict], facts: dict, command: str, loads: tuple) -> str:
     lines = [
         "### The update alone, by how it shares prefixes (`benchmarks/affordability.py --prefix-modes`)",
         "",
@@ -242,17 +245,19 @@ def render_prefix(rows: list[dict], facts: dict, command: str, loads: tuple, mic
         "",
         f"`{command}`; load average {loads[0]:.1f} at the start and {loads[1]:.1f} at the end (a machine shared by "
         f"about 8 engineers). The same {rows[0]['rows']} rows ({rows[0]['trajectories']} trajectories with their "
-        f"auxiliary samples, micro-batches of {micro_batch}) updated by a fresh model once per mode and repeat, in "
-        "turns; CPU seconds are the process's, the fastest repeat. Decoder tokens include padding.",
+        "auxiliary samples) updated by a fresh SmolLM2-135M (float32 weights, "
+        f"{rows[0]['autocast']} autocast) once per mode and repeat, in turns; CPU seconds are the process's, the "
+        "fastest repeat. Decoder tokens include padding.",
         "",
-        "| mode | decoder tokens / row token | update CPU s / trajectory | vs one level |",
-        "|---|---|---|---|",
+        "| micro-batch | mode | decoder tokens / row token | update CPU s / trajectory | vs one level |",
+        "|---|---|---|---|---|",
     ]
     for row in rows:
+        same = [r for r in rows if r["mode"] == "shared" and r["micro_batch_size"] == row["micro_batch_size"]]
+        versus = f"{same[0]['update_cpu_s_per_trajectory'] / row['update_cpu_s_per_trajectory']:.2f}×" if same else "–"
         lines.append(
-            f"| {row['mode']}: {PREFIX_MODES[row['mode']][0]} | {row['decoder_tokens_per_row_token']:.3f} | "
-            f"{row['update_cpu_s_per_trajectory']:.2f} | "
-            f"{shared['update_cpu_s_per_trajectory'] / row['update_cpu_s_per_trajectory']:.2f}× |"
+            f"| {row['micro_batch_size']} | {row['mode']}: {PREFIX_MODES[row['mode']][0]} | "
+            f"{row['decoder_tokens_per_row_token']:.3f} | {row['update_cpu_s_per_trajectory']:.2f} | {versus} |"
         )
     return "\n".join(lines)
 
@@ -261,13 +266,14 @@ def prefix_modes(args: argparse.Namespace, argv: list[str] | None) -> None:
     facts, loads = machine(), [os.getloadavg()[0]]
     warm_up(args.env, args.steps * args.tasks_per_step)
     config, groups = collect_groups(args)
-    rows = measure_prefix_modes(config, groups, args.repeats)
+    sizes = args.micro_batch_sizes or [config.micro_batch_size]
+    rows = measure_prefix_modes(config, groups, args.repeats, args.modes, sizes)
     for row in rows:
         print(json.dumps(row), flush=True)
     loads.append(os.getloadavg()[0])
     command = "python benchmarks/affordability.py " + " ".join(argv if argv is not None else sys.argv[1:])
     data = {"machine": facts, "command": command, "loads": loads, "env": args.env, "rows": rows}
-    markdown = render_prefix(rows, facts, command.strip(), tuple(loads), config.micro_batch_size)
+    markdown = render_prefix(rows, facts, command.strip(), tuple(loads))
     write_section("affordability_prefix", markdown, data)
 
 
@@ -282,6 +288,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--prefix-modes", action="store_true", help="measure the update alone, per prefix sharing")
     parser.add_argument("--repeats", type=int, default=2, help="passes per mode of --prefix-modes")
+    parser.add_argument("--modes", nargs="+", default=list(PREFIX_MODES), choices=list(PREFIX_MODES))
+    parser.add_argument("--micro-batch-sizes", nargs="+", type=int, help="of --prefix-modes (default: the run's)")
     args = parser.parse_args(argv)
     if args.prefix_modes:
         prefix_modes(args, argv)
