@@ -169,6 +169,7 @@ def _rows(draw) -> list[list[int]]:
     return rows
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=_rows(), min_shared=st.integers(1, 6), levels=st.sampled_from([None, 1, 2]), seed=st.integers(0, 99))
 def test_any_tree_gives_the_unshared_values_and_gradients(rows, min_shared, levels, seed):
