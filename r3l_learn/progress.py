@@ -128,7 +128,9 @@ def phase(
     from tqdm import tqdm
 
     # leave=None: a bar nested in another (an eval between training steps) is cleared when done, a top one stays
-    bar = tqdm(total=total, desc=desc, unit=unit, file=out, dynamic_ncols=True, leave=None)
+    # an open-ended phase shows its clock and status, not a count of nothing ("0it [00:05, ?it/s]")
+    shape = {} if total is not None else {"bar_format": "{desc}: {elapsed} elapsed{postfix}"}
+    bar = tqdm(total=total, desc=desc, unit=unit, file=out, dynamic_ncols=True, leave=None, **shape)
     report = Phase(bar, status)
     stop = threading.Event()
 

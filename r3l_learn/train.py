@@ -167,6 +167,7 @@ class _Run:
     doing: str = ""  # what the current step is doing, for the progress bar's live status
     tokens_at_step: int = 0  # the player's tokens_done when the step's collection began
     backwards: int = 0  # micro-batches backpropagated in the current update
+    rows: int = 0  # rows of the current update
 
     @property
     def out(self) -> Path:
@@ -341,12 +342,13 @@ def _prebuild(run: _Run) -> None:
 def _step_status(run: _Run) -> Callable[[], str]:
     """The training bar's live status: which part of the step runs, and how far it got (tokens the policy scored
     or generated while collecting; micro-batches backpropagated while updating)."""
+    config = run.config
 
     def status() -> str:
         if run.doing == "collecting" and hasattr(run.player, "tokens_done"):
             return f"collecting: model tokens={run.player.tokens_done - run.tokens_at_step}"
         if run.doing == "updating":
-            return f"updating: micro-batches={run.backwards}"
+            return f"updating {run.rows} rows, {config.micro_batch_size} a micro-batch: {run.backwards} done"
         return run.doing
 
     return status
@@ -379,7 +381,7 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
     t1, c1 = time.perf_counter(), time.process_time()
     rows = rows_from_groups(groups, run.algo, hyper=run.hyper)
     with interrupts.critical():  # a Ctrl-C here waits until the step is applied and logged
-        run.doing, run.backwards = "updating", 0
+        run.doing, run.backwards, run.rows = "updating", 0, len(rows)
         upd, grad_norm, ok = _update(run, rows)
         run.doing = "logging"
         run.completed, run.cursor = step + 1, run.stream.cursor
