@@ -185,6 +185,19 @@ def test_sampled_ids_and_logprobs_are_exact_and_match_hf(remote, hf):
     assert max(gaps) < TOL
 
 
+def test_a_reply_ending_on_its_end_of_turn_token_reads_as_its_ids_decoded(remote, hf):
+    """vLLM writes the end-of-turn token into the content (we ask it to keep stop strings and special tokens, so
+    stop strings stay in the text): the reply's text is its ids decoded, as HF's is."""
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Reply with the single word: yes"},
+    ]
+    prompt = hf.tokenize(hf.render(messages, add_generation_prompt=True))
+    (gen,) = remote.generate([prompt], SamplingParams(temperature=0.0, max_new_tokens=32))
+    assert gen.finish_reason == "stop" and gen.token_ids[-1] in hf.eos_token_ids
+    assert gen.text == hf.decode(gen.token_ids)
+
+
 def test_the_server_renders_our_prompt_to_the_same_tokens(server, hf):
     """vLLM's return_token_ids: the prompt ids the server built from the messages are the client's prompt."""
     from r3l_learn.openai_policy import OpenAIChat, OpenAIPolicy
