@@ -65,7 +65,7 @@ class EnvReport:
 def options(env: gym.Env, info: dict[str, Any]) -> tuple[str, ...]:
     """The admissible actions, or where the env lists none, free text: a guess (math) or a plain command."""
     fallback = MATH_GUESSES if r3l_envs.env_info(env).is_math else GAME_ACTIONS
-    return tuple(info["admissible_actions"]) or fallback
+    return tuple(info["admissible_actions"] or ()) or fallback
 
 
 def play(env: gym.Env, info: dict[str, Any], rng: np.random.Generator, steps: int) -> list[tuple[str, tuple]]:
