@@ -76,4 +76,4 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed
-	$(VLLM_VENV)/bin/python -m pytest -p no:cacheprovider -m vllm tests/r3l_learn/test_vllm_policy.py
+	$(VLLM_VENV)/bin/python -m pytest -p no:cacheprovider -m vllm tests/r3l_learn/test_vllm_policy.py tests/r3l_learn/test_vllm_serve.py

@@ -4,7 +4,9 @@ No model: a seeded random agent picks admissible actions (math envs get a fixed 
 what you see is the env API and the checkpoint machinery that reflect-then-retry relies on. Per env it
 
 1. makes the env with ``gym.make`` (wrappers included) and plays a few actions from ``reset(seed=...)``;
-2. takes a checkpoint mid-episode and writes it to bytes (plain data behind an integrity tag, never a pickle);
+2. takes a checkpoint mid-episode and writes it to bytes (plain data behind an integrity tag, never a pickle;
+   unkeyed bytes of an env whose native state needs a key, TextWorld, restore by verified replay: pass ``key=``
+   to ``to_bytes``/``from_bytes`` to restore them natively);
 3. plays the original on, then restores the bytes into a *fresh* env (as another process or machine would) and
    replays the same actions: every observation, reward and info must be identical;
 4. restores once more and branches: a different action from the same state (a retry from the pivot).

@@ -89,7 +89,7 @@ def grpo_loss(model, groups, old: dict, clip: float = 0.2, sft_weight: float = 0
             surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
             terms.append(-(surrogate * mask).sum())
             count += int(mask.sum())
-        for sample in group.samples:  # keep reflection and guided retry alive as skills (R3L.md §1.6)
+        for sample in group.samples:  # keep reflection and guided retry alive as skills (R³L's auxiliary samples)
             mask = torch.tensor(sample.loss_mask[1:], dtype=torch.float32)
             terms.append(-sft_weight * (token_logprobs(model, sample.token_ids) * mask).sum())
             count += int(mask.sum())

@@ -178,7 +178,7 @@ class OpenAIReflector:
 
     Args:
         model, base_url, api_key, timeout, max_retries, vllm_extensions: see :class:`OpenAIChat`.
-        sampling: how reflections are sampled (default: temperature 1.0, 512 new tokens, as R3L.md §4).
+        sampling: how reflections are sampled (default: temperature 1.0, 512 new tokens, the paper's settings).
         max_concurrency: requests in flight at once.
         on_error: ``"raise"`` a :class:`RemoteModelError` when a request fails after its retries, or
             ``"record"`` it as an unusable reflection (``error="request_failed"``, counted in the group stats).

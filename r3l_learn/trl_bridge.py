@@ -25,7 +25,7 @@ How r3l maps onto TRL (``trl>=1.16``; ``rollout_func`` is experimental there):
   - *Pivotal credit:* expressible. ``env_mask`` is the ``loss_mask`` after pivotal credit, so a retried base and
     its retry train only from the pivot on.
   - *The ratio on off-policy retries:* a retry's suffix was sampled with the reflection's guidance in context and
-    is trained without it. R³L uses no ratio for it (R3L.md §4). TRL's default (``num_iterations=1``, no vLLM)
+    is trained without it. R³L uses no ratio for it (arXiv 2601.03715). TRL's default (``num_iterations=1``, no vLLM)
     recomputes the old log-probs on the training sequence, so the ratio is exactly 1 and its loss *is* the
     ratio-free policy gradient; keep ``num_iterations=1``. The ``logprobs`` returned (used by TRL only for vLLM
     importance sampling and ``off_policy_mask_threshold``) are NaN, TRL's "no behaviour log-prob" marker, on
