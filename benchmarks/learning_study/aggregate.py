@@ -110,6 +110,10 @@ def run_summary(run: Run, machine: str | None = None) -> dict[str, Any]:
         "eval_after_detail": result.get("eval_after"),
         "machine": machine,
         "autocast": run.config.get("autocast"),
+        # the path the run took (the study runs on the fastest measured one) and its learning rate
+        "rollout_backend": run.config.get("rollout_backend", "hf"),
+        "shared_prefix_min": run.config.get("shared_prefix_min"),
+        "lr": run.config.get("lr"),
         "carried": False,
     }
 
