@@ -7,8 +7,12 @@ summed over every thread of the process, so a loaded machine slows the wall cloc
 their tasks from the first ``steps × tasks-per-step`` of the train split, each started once beforehand (TextWorld
 compiles a game into its cache the first time), and the first step of each run is left out (first allocations).
 
-Run: ``python benchmarks/affordability.py [--steps 3] [--tasks-per-step 2] [--variants before cache shared lora]``.
+Run: ``python benchmarks/affordability.py [--steps 3] [--tasks-per-step 2] [--group-size 8] [--variants ...]``.
 Writes the ``affordability`` section of ``benchmarks/RESULTS.md`` and ``benchmarks/results/affordability.json``.
+
+The machine's limit is stated beside the levers: the update's effective FLOP/s (6 FLOPs per weight of every matmul
+per row token, forward and backward; attention scores left out, small at these lengths) per CPU-second, against a
+matrix product's FLOP/s per CPU-second measured in the same run, in the dtype the update computes in.
 
 ``--prefix-modes`` measures the update alone instead, on the same rows for each way of sharing prefixes (every row
 whole, a micro-batch's common prefix once, every shared span once): one short run collects its groups in this
@@ -119,7 +123,43 @@ def measure(name: str, args: list[str], threads: int) -> dict:
     }
 
 
-def render(rows: list[dict], facts: dict, command: str, loads: tuple) -> str:
+def flops_per_token(model: str) -> int:
+    """FLOPs a training step spends per token on ``model``'s matmuls: 2 per weight forward, 4 backward."""
+    from transformers import AutoConfig
+
+    from r3l_learn.models import resolve_model
+
+    c = AutoConfig.from_pretrained(resolve_model(model))
+    kv = c.num_key_value_heads * (c.hidden_size // c.num_attention_heads)
+    per_layer = 2 * c.hidden_size * c.hidden_size + 2 * c.hidden_size * kv + 3 * c.hidden_size * c.intermediate_size
+    return 6 * (c.num_hidden_layers * per_layer + c.hidden_size * c.vocab_size)  # + the LM head
+
+
+def matmul_peak(dtype: str, threads: int, n: int = 1024, repeats: int = 30) -> float:
+    """FLOP/s per CPU-second of an ``n``×``n`` matrix product in ``dtype`` on ``threads`` threads (best of three)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    kind = torch.bfloat16 if dtype == "bf16" else torch.float32
+    a, b = torch.randn(n, n, dtype=kind), torch.randn(n, n, dtype=kind)
+    a @ b  # warm-up: the kernel's first call
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        for _ in range(repeats):
+            a @ b
+        best = min(best, time.process_time() - start)
+    return 2 * n**3 * repeats / best
+
+
+def add_flops(rows: list[dict], flops: int, peak: float) -> None:
+    """Each row's effective update FLOP/s per CPU-second, and its share of the measured peak."""
+    for row in rows:
+        row["update_flops_per_cpu_s"] = flops * row["tokens_per_trajectory"] / row["update_cpu_s_per_trajectory"]
+        row["peak_share"] = row["update_flops_per_cpu_s"] / peak
+
+
+def render(rows: list[dict], facts: dict, command: str, loads: tuple, limits: dict) -> str:
     base = rows[0]["trajectories_per_cpu_hour"]
     lines = [
         "## Trajectories trained per CPU-hour, lever by lever (`benchmarks/affordability.py`)",
@@ -131,16 +171,30 @@ def render(rows: list[dict], facts: dict, command: str, loads: tuple) -> str:
         "In every row the update's decoder stops at a micro-batch's last trained token (exact, so not a lever here).",
         "",
         "| variant | what changes | trajectories | tokens / trajectory | collect CPU s / traj | update CPU s / traj "
-        "| trajectories / CPU-hour | vs first row |",
-        "|---|---|---|---|---|---|---|---|",
+        "| update GFLOP/s per CPU-s (share of peak) | trajectories / CPU-hour | vs first row |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
             f"| {row['variant']} | {VARIANTS[row['variant']][0]} | {row['trajectories']} | "
             f"{row['tokens_per_trajectory']:.0f} | {row['collect_cpu_s_per_trajectory']:.2f} | "
-            f"{row['update_cpu_s_per_trajectory']:.2f} | {row['trajectories_per_cpu_hour']:.0f} | "
+            f"{row['update_cpu_s_per_trajectory']:.2f} | {row['update_flops_per_cpu_s'] / 1e9:.1f} "
+            f"({row['peak_share']:.0%}) | {row['trajectories_per_cpu_hour']:.0f} | "
             f"{row['trajectories_per_cpu_hour'] / base:.2f}× |"
         )
+    last = rows[-1]
+    lines += [
+        "",
+        f"The machine's limit: a {limits['dtype']} matrix product ({limits['n']}×{limits['n']}) runs at "
+        f"{limits['peak_flops_per_cpu_s'] / 1e9:.1f} GFLOP/s per CPU-second here, and a trajectory's update needs "
+        f"{limits['flops_per_token'] * last['tokens_per_trajectory'] / 1e9:.0f} GFLOP "
+        f"({limits['flops_per_token'] / 1e6:.0f} MFLOP per row token: 6 per matmul weight of {limits['model']}, "
+        "the LM head included). At that peak the update alone would cost "
+        f"{limits['flops_per_token'] * last['tokens_per_trajectory'] / limits['peak_flops_per_cpu_s']:.2f} CPU-s "
+        f"per trajectory, against {last['update_cpu_s_per_trajectory']:.2f} measured in the last row; the rollouts "
+        f"add {last['collect_cpu_s_per_trajectory']:.2f}. Sharing prefixes lets the effective rate pass what every "
+        "row's tokens would allow, since shared spans run once.",
+    ]
     return "\n".join(lines)
 
 
@@ -283,7 +337,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--algo", default="r3l")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--tasks-per-step", type=int, default=2)
-    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=8, help="the paper's N (and the pre-registered study's)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (runs go one at a time)")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--prefix-modes", action="store_true", help="measure the update alone, per prefix sharing")
@@ -304,10 +358,25 @@ def main(argv: list[str] | None = None) -> None:
         common = train_args(args.env, args.steps, args.tasks_per_step, args.group_size, args.algo, kwargs)
         rows.append(measure(name, common + extra, args.threads))
         print(json.dumps(rows[-1]), flush=True)
+    from r3l_learn.device import resolve_autocast
+    from r3l_learn.models import DEFAULT_MODEL
+
+    dtype = "bf16" if resolve_autocast(CPU_AUTOCAST, "cpu") == "bf16" else "fp32"
+    limits = {"model": DEFAULT_MODEL, "dtype": dtype, "n": 1024, "flops_per_token": flops_per_token(DEFAULT_MODEL)}
+    limits["peak_flops_per_cpu_s"] = matmul_peak(dtype, args.threads, limits["n"])
+    add_flops(rows, limits["flops_per_token"], limits["peak_flops_per_cpu_s"])
     loads.append(os.getloadavg()[0])
     command = "python benchmarks/affordability.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    data = {"machine": facts, "command": command, "loads": loads, "env": args.env, "rows": rows}
-    write_section("affordability", render(rows, facts, command.strip(), tuple(loads)), data)
+    data = {
+        "machine": facts,
+        "command": command,
+        "loads": loads,
+        "env": args.env,
+        "group_size": args.group_size,
+        "limits": limits,
+        "rows": rows,
+    }
+    write_section("affordability", render(rows, facts, command.strip(), tuple(loads), limits), data)
 
 
 if __name__ == "__main__":

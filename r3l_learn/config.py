@@ -26,13 +26,18 @@ logger = logging.getLogger(__name__)
 #: config fields that may change between a run and its resumption (everything else must match)
 RESUMABLE_CHANGES = frozenset(
     {"steps", "eval_every", "eval_episodes", "eval_before", "progress", "checkpoint_every", "save_final"}
-    | {"prompt_cache_mb", "micro_batch_size", "shared_prefix_min"}  # speed and memory only: float rounding at most
+    | {"prompt_cache_mb", "micro_batch_size", "shared_prefix_min", "shared_prefix_tree"}  # speed and memory only
     | {"ray", "ray_workers", "ray_cpus", "ray_memory_mb"}  # where envs run never changes what they return
 )
 
 #: fields added with a default that differs from what runs saved before them did: the value those runs ran with
 #: (a saved config without the field is read with it, so resuming such a run at the new default is refused)
-FORMER_BEHAVIOUR: dict[str, Any] = {"aux_mean": "separate", "aux_reflection": "always", "shared_prefix_min": 0}
+FORMER_BEHAVIOUR: dict[str, Any] = {
+    "aux_mean": "separate",
+    "aux_reflection": "always",
+    "shared_prefix_min": 0,
+    "shared_prefix_tree": False,
+}
 
 #: how the agent's replies are made (``TrainConfig.actions``, ``r3l eval --actions``)
 ACTION_MODES = ("free", "constrained", "direct")
@@ -171,7 +176,13 @@ class TrainConfig:
     lora_alpha: float = _f(16.0, "LoRA scaling numerator")
     logprob_chunk: int = _f(1024, "LM-head positions per chunk")
     shared_prefix_min: int = _f(
-        MIN_SHARED_PREFIX, "the update runs a micro-batch's common prefix once from this many tokens; 0: never"
+        MIN_SHARED_PREFIX,
+        "the update runs a span several rows of a micro-batch share once from this many tokens; 0: never",
+    )
+    shared_prefix_tree: bool = _f(
+        True,
+        "share every span rows of a micro-batch have in common (a prefix tree: a retry shares its base's turns up "
+        "to the pivot); off: only the span all of them begin with",
     )
     prompt_cache_mb: int = _f(
         2048, "KV memory kept to score a multi-turn episode's turn on its previous prompt's cache (hf); 0: off"

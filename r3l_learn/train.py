@@ -189,6 +189,7 @@ def _build(config: TrainConfig) -> _Run:
         aggregation=config.aggregation,
         aux_mean=config.aux_mean,
         kl_estimator=config.kl_estimator,
+        prefix_levels=None if config.shared_prefix_tree else 1,
         chunk_size=config.logprob_chunk,
         min_shared_prefix=config.shared_prefix_min,
         **kl,

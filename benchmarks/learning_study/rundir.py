@@ -11,7 +11,7 @@ from .grid import Run
 
 #: TrainConfig fields an invocation may override for memory or speed: the loss does not depend on them (1×8 = 8×1
 #: and the shared prefix are tested)
-MEMORY_ONLY = frozenset({"micro_batch_size", "shared_prefix_min"})
+MEMORY_ONLY = frozenset({"micro_batch_size", "shared_prefix_min", "shared_prefix_tree"})
 #: TrainConfig fields a mode resolves per machine (autocast bf16 only where the CPU computes bf16 natively): a
 #: finished run made on another CPU kind is the same cell of the grid, made there (the page names its machine)
 MACHINE_RESOLVED = frozenset({"autocast"})
