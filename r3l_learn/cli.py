@@ -114,6 +114,7 @@ def _tour(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from r3l_learn.device import resolve_autocast
     from r3l_learn.evaluate import evaluate, load_policy
+    from r3l_learn.progress import progress_default
     from wrappers import RolloutConfig, SamplingParams
 
     _require_env("eval", args.env)
@@ -121,7 +122,8 @@ def _eval(args: argparse.Namespace) -> int:
     autocast = resolve_autocast(args.autocast, args.device)
     # a vLLM engine has no separate compute precision: it runs in the one autocast chose, else in --dtype
     dtype = "bfloat16" if args.rollout_backend == "vllm" and autocast == "bf16" else args.dtype
-    policy = load_policy(args.model, dtype=dtype, device=args.device, seed=args.seed, backend=args.rollout_backend)
+    with progress_default(args.progress):  # loading (and a first use's model conversion) reports as a phase
+        policy = load_policy(args.model, dtype=dtype, device=args.device, seed=args.seed, backend=args.rollout_backend)
     if autocast == "bf16" and hasattr(policy, "autocast"):
         import torch
 
@@ -142,6 +144,7 @@ def _eval(args: argparse.Namespace) -> int:
             seed=args.seed,
             env_kwargs=env_kwargs,
             out=out,
+            progress=args.progress,
         )
     except KeyboardInterrupt as stop:  # evaluate() summarises and writes the finished episodes before it re-raises
         summary = getattr(stop, "summary", None)
@@ -282,6 +285,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _add_env_arguments(ev, required=True)
     ev.add_argument(
         "--model", default=DEFAULT_MODEL, help='an embedded model name, a local HF folder, or "tiny-random"'
+    )
+    ev.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a live bar on a terminal, a start and an end line per phase elsewhere; --no-progress: none",
     )
     ev.add_argument("--episodes", type=int, default=10, help="episodes to play (episode i resets with seed --seed + i)")
     ev.add_argument("--split", default="test", help="the split the episodes' tasks come from")

@@ -120,8 +120,8 @@ def test_ctrl_c_in_eval_exits_130_with_one_line_and_no_traceback(tmp_path):
             [sys.executable, "-c", SCRIPT, *argv], stdout=subprocess.DEVNULL, stderr=stderr, env=env
         )
         deadline = time.monotonic() + 120
-        while proc.poll() is None and "1/400" not in err.read_text() and time.monotonic() < deadline:
-            time.sleep(0.1)  # the progress bar shows a finished episode: the eval is under way
+        while proc.poll() is None and "(400 ep) ..." not in err.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)  # the eval's start line (stderr is no terminal): the eval is under way
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=60)
     text = err.read_text()
