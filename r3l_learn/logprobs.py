@@ -2,7 +2,7 @@
 
 A batch of 8 × 512 tokens over SmolLM2's 49k vocabulary is 800 MB of fp32 logits, and autograd keeps about
 three copies (logits, log-softmax, its gradient): that, not the 135M parameters, is what blows a small
-machine's memory (FACTS.md). So the decoder runs once, and the LM head + log-softmax run in chunks of
+machine's memory. So the decoder runs once, and the LM head + log-softmax run in chunks of
 positions, each under activation checkpointing: the backward pass recomputes one chunk's logits at a time.
 Only the positions the loss reads (``positions``) are computed at all.
 

