@@ -80,3 +80,10 @@ def write_section(
     pattern = re.compile(rf"<!-- begin:{re.escape(name)} -->.*?<!-- end:{re.escape(name)} -->", re.S)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     results_md.write_text(text)
+
+
+def write_section_under(name: str, markdown: str, data: dict, folder: str | Path | None) -> None:
+    """:func:`write_section` into ``folder``'s RESULTS.md and JSON (a dry run's ``--out``), or, for ``None``, the
+    project's."""
+    where = Path(folder) if folder else None
+    write_section(name, markdown, data, results_md=where / "RESULTS.md" if where else None, results_dir=where)

@@ -150,14 +150,8 @@ def main(argv: list[str] | None = None) -> dict:
     facts = _report.machine()
     facts["versions"] += f", ray {ray.__version__}"
     md = markdown(results, args, facts, load, command.strip())
-    out = Path(args.out) if args.out else None
-    _report.write_section(
-        "ray_dispatch",
-        md,
-        {"machine": facts, "load": load, "command": command, "args": vars(args), **results},
-        results_md=out / "RESULTS.md" if out else None,
-        results_dir=out if out else None,
-    )
+    data = {"machine": facts, "load": load, "command": command, "args": vars(args), **results}
+    _report.write_section_under("ray_dispatch", md, data, args.out)
     print(md)
     return results
 

@@ -379,14 +379,8 @@ def main(argv: list[str] | None = None) -> dict:
     facts = _report.machine()
     facts["versions"] += f", ray {ray.__version__}"
     md = markdown(results, args, facts, load, command)
-    out = Path(args.out) if args.out else None
-    _report.write_section(
-        "scaling",
-        md,
-        {"machine": facts, "load": load, "command": command, "args": vars(args), **results},
-        results_md=out / "RESULTS.md" if out else None,
-        results_dir=out if out else None,
-    )
+    data = {"machine": facts, "load": load, "command": command, "args": vars(args), **results}
+    _report.write_section_under("scaling", md, data, args.out)
     print(md)
     return results
 
@@ -395,8 +389,7 @@ def render(path: Path, out: str | None) -> dict:
     """Rewrite the section (and the JSON) from a run's saved JSON, e.g. after a change to the page's wording."""
     data = json.loads(path.read_text())
     md = markdown(data, argparse.Namespace(**data["args"]), data["machine"], tuple(data["load"]), data["command"])
-    where = Path(out) if out else None
-    _report.write_section("scaling", md, data, results_md=where / "RESULTS.md" if where else None, results_dir=where)
+    _report.write_section_under("scaling", md, data, out)
     print(md)
     return data
 
