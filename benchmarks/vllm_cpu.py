@@ -85,27 +85,61 @@ def main() -> None:
     engine = policies["vllm"]
     for policy in policies.values():  # warm-up, not counted
         collect(policy, "r3l/Countdown-v0", False, 2, argparse.Namespace(**{**vars(args), "new_tokens": 8}), 99)
+    pushes = []
+    for _ in range(3):  # what a training step adds on vLLM: the learner's weights pushed into the engine
+        engine.update_weights(policies["hf"].model.state_dict())
+        pushes.append(engine.push_seconds)
+    push_s = sorted(pushes)[1]
     rows = []
     for b_index, batch in enumerate(args.batches):
         for name, (env_id, constrained) in TASKS.items():
             order = ["hf", "vllm"] if b_index % 2 == 0 else ["vllm", "hf"]
             got = {}
             for backend in order:
+                before = _cache_counts(engine)
                 got[backend] = collect(policies[backend], env_id, constrained, batch, args, args.seed + batch)
+                if backend == "vllm":
+                    got[backend]["cache"] = _cache_delta(before, engine)
                 logger.info("%s batch %d %s: %s", name, batch, backend, got[backend])
             rows.append({"task": name, "batch": batch, **{f"{k}_{b}": v for b in got for k, v in got[b].items()}})
             if constrained and b_index == 0:  # scoring with the prefix cache not read: every candidate re-runs
                 engine.read_prefix_cache = False
+                before = _cache_counts(engine)
                 old = collect(engine, env_id, constrained, batch, args, args.seed + batch)
+                old["cache"] = _cache_delta(before, engine)
                 engine.read_prefix_cache = True
                 logger.info("%s batch %d vllm, prefix cache not read: %s", name, batch, old)
                 rows[-1]["old_scoring_wall_s"] = old["wall_s"]
-            report(args, rows, engine, hf_load, load_before, dtype, final=False)
-    report(args, rows, engine, hf_load, load_before, dtype, final=True)
+                rows[-1]["old_scoring_cache"] = old["cache"]
+            report(args, rows, engine, hf_load, push_s, load_before, dtype, final=False)
+    report(args, rows, engine, hf_load, push_s, load_before, dtype, final=True)
     shutdown_engine()
 
 
-def report(args, rows, engine, hf_load, load_before, dtype, *, final: bool) -> None:
+def _cache_counts(engine) -> dict[str, tuple[int, int]]:
+    return {kind: tuple(counts) for kind, counts in engine.cache_tokens.items()}
+
+
+def _cache_delta(before: dict[str, tuple[int, int]], engine) -> dict[str, dict[str, int]]:
+    """Prompt tokens and those the prefix cache served since ``before``, by request kind (generate; a prompt's
+    first scored candidate, which only an earlier turn can have cached; its other candidates)."""
+    out = {}
+    for kind, (prompt, cached) in engine.cache_tokens.items():
+        p, c = prompt - before[kind][0], cached - before[kind][1]
+        if p:
+            out[kind] = {"prompt_tokens": p, "cached_tokens": c}
+    return out
+
+
+def _cache_line(cache: dict[str, dict[str, int]]) -> str:
+    names = {"generate": "generate", "score_first": "first candidate", "score_rest": "other candidates"}
+    return "; ".join(
+        f"{names[k]} {v['cached_tokens']}/{v['prompt_tokens']} ({v['cached_tokens'] / v['prompt_tokens']:.0%})"
+        for k, v in cache.items()
+    )
+
+
+def report(args, rows, engine, hf_load, push_s, load_before, dtype, *, final: bool) -> None:
     """Write the section (after every group, so a run cut short still leaves its rows)."""
     load_after = os.getloadavg()
 
@@ -121,7 +155,8 @@ def report(args, rows, engine, hf_load, load_before, dtype, *, final: bool) -> N
         f"{' / '.join(f'{x:.1f}' for x in load_after)}.",
         "",
         f"vLLM engine start (in-process, enforce_eager, explicit 2 GiB KV cache): {engine.start_seconds:.1f} s; "
-        f"HF model load: {hf_load:.1f} s. One group = `rollout_batch` over `batch` episodes of one task "
+        f"HF model load: {hf_load:.1f} s; pushing the learner's weights into the engine (once per training "
+        f"step): {push_s:.2f} s. One group = `rollout_batch` over `batch` episodes of one task "
         f"(Countdown: one free-text turn of up to {args.new_tokens} tokens; TextWorld: up to {args.tw_turns} "
         "constrained turns, every admissible action scored). Generated tokens are the agent's reply tokens.",
         "",
@@ -134,13 +169,18 @@ def report(args, rows, engine, hf_load, load_before, dtype, *, final: bool) -> N
             f"| {r['task']} | {r['batch']} | {r['wall_s_hf']:.1f} | {r['wall_s_vllm']:.1f} | "
             f"{r['tok_per_s_hf']:.1f} | {r['tok_per_s_vllm']:.1f} | {ratio:.2f}× |"
         )
+    cache_rows = [r for r in rows if r.get("cache_vllm")]
+    if cache_rows:
+        lines += ["", "Prompt tokens the vLLM prefix cache served (cached / prompt tokens, by request kind):", ""]
+        lines += [f"- {r['task']}, batch {r['batch']}: {_cache_line(r['cache_vllm'])}" for r in cache_rows]
     for r in rows:
         if "old_scoring_wall_s" in r:
             lines += [
                 "",
                 f"Constrained scoring with the prefix cache not read (so every admissible action re-runs the whole "
                 f"prompt, as prompt log-probs did before), {r['task']}, batch {r['batch']}: "
-                f"{r['old_scoring_wall_s']:.1f} s per group, vs {r['wall_s_vllm']:.1f} s reading the cache.",
+                f"{r['old_scoring_wall_s']:.1f} s per group, vs {r['wall_s_vllm']:.1f} s reading the cache "
+                f"(served then: {_cache_line(r.get('old_scoring_cache', {})) or 'nothing'}).",
             ]
     if not final:
         lines += ["", "(Partial: the run was still going when this was written; missing rows were not reached.)"]
@@ -152,6 +192,7 @@ def report(args, rows, engine, hf_load, load_before, dtype, *, final: bool) -> N
             "complete": final,
             "engine_start_s": engine.start_seconds,
             "hf_load_s": hf_load,
+            "weight_push_s": push_s,
             "load_before": load_before,
             "load_after": load_after,
             "dtype": dtype,

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from r3l_learn.algorithms import ABLATIONS, ALGORITHMS, Algorithm, hyperparameter_help, resolve_algorithm
+from r3l_learn.backends import ROLLOUT_BACKENDS
 from r3l_learn.cli_args import env_id_problem, parse_kwargs
-from r3l_learn.evaluate import BACKENDS
 from r3l_learn.logprobs import MIN_SHARED_PREFIX
 from r3l_learn.losses import AGGREGATIONS, AUX_MEANS, KL_ESTIMATORS
 from r3l_learn.models import DEFAULT_MODEL
@@ -153,7 +153,11 @@ class TrainConfig:
     # efficiency
     device: str = _f("cpu", '"cpu" or "cuda[:i]"')
     rollout_backend: str = _f(
-        "hf", "hf: rollouts share the trained model; vllm: a vLLM engine gets each update", choices=BACKENDS
+        "hf",
+        "hf: rollouts share the trained model; vllm: a vLLM engine gets each update; auto: vLLM where the shipped "
+        "measurements (benchmarks/vllm_cpu.py) say it finishes this run's rollouts sooner, engine start and weight "
+        "pushes included, else hf (always hf without vLLM installed)",
+        choices=ROLLOUT_BACKENDS,
     )
     ray: str | None = _f(
         None,
@@ -247,8 +251,8 @@ class TrainConfig:
             problems.append(f"lr must be > 0, got {self.lr}")
         if self.actions not in ACTION_MODES:
             problems.append(f"actions must be one of {ACTION_MODES}, got {self.actions!r}")
-        if self.rollout_backend not in BACKENDS:
-            problems.append(f"rollout_backend must be one of {BACKENDS}, got {self.rollout_backend!r}")
+        if self.rollout_backend not in ROLLOUT_BACKENDS:
+            problems.append(f"rollout_backend must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}")
         if self.rollout_backend == "vllm" and self.lora_rank:
             # the engine receives full state dicts; LoRA adapters would have to be merged first (not done)
             problems.append("rollout_backend='vllm' needs full fine-tuning (no --lora-rank): adapters are not merged")
@@ -266,7 +270,8 @@ class TrainConfig:
             problems.append(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
         if self.ray is not None and (self.ray_workers < 1 or not self.ray_cpus > 0):
             problems.append(f"ray_workers must be >= 1 and ray_cpus > 0, got {self.ray_workers}, {self.ray_cpus}")
-        if self.ray_generation and (self.ray is None or self.rollout_backend != "hf" or self.lora_rank):
+        # auto resolves to hf with a Ray generation actor (r3l_learn.backends)
+        if self.ray_generation and (self.ray is None or self.rollout_backend == "vllm" or self.lora_rank):
             problems.append("ray_generation needs --ray, the hf rollout backend and full fine-tuning (no --lora-rank)")
         if self.max_bad_steps < 1:
             problems.append(f"max_bad_steps must be >= 1, got {self.max_bad_steps}")

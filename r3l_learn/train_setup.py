@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from r3l_learn.backends import resolve_rollout_backend
 from r3l_learn.batch import Batch
 from r3l_learn.config import TrainConfig, action_flags
 from r3l_learn.evaluate import load_policy
@@ -84,13 +85,14 @@ def load_train_policy(config: TrainConfig) -> Any:
 
 def rollout_policy(config: TrainConfig, policy: Any) -> Any:
     """Who plays the episodes: the trained policy itself, a copy in a Ray actor (``ray_generation``), or a vLLM
-    engine; the latter two receive every update. The run closes a Ray player at its end."""
+    engine; the latter two receive every update. The run closes a Ray player at its end. ``rollout_backend="auto"``
+    is resolved here (:func:`r3l_learn.backends.resolve_rollout_backend`, logged)."""
     if config.ray_generation:
         from r3l_learn.ray_policy import RayPolicy
 
         dtype = "bfloat16" if policy.model.dtype == torch.bfloat16 else "float32"
         return RayPolicy(policy, config.model, dtype=dtype, seed=config.seed)
-    if config.rollout_backend == "hf":
+    if resolve_rollout_backend(config.to_dict()) == "hf":
         return policy
     from r3l_learn.vllm_policy import shared_engine
 

@@ -7,11 +7,10 @@ shut down at exit (``atexit``, which also runs after Ctrl-C).
 
 - Sampled-token log-probs come back with each completion (``logprobs=0``, ``logprobs_mode="raw_logprobs"``: the
   raw model distribution, the quantity HFPolicy and a training forward pass compute).
-- Scoring (constrained mode, slot filling) uses prompt log-probs over prompt + continuation with the prefix cache
-  *read* (vLLM skips it for prompt log-probs by default, so every admissible action re-ran the whole prompt). Rows
-  served from the cache carry no log-probs, so a pair whose continuation reaches into cached blocks (the
-  same prompt and action scored twice, e.g. a retry from a checkpoint) is rerun with the cache skipped; equal
-  pairs within one call are scored once.
+- Scoring (constrained mode, slot filling) *decodes* each candidate after its prompt with every step forced to the
+  candidate's next token, so the prefix cache serves it: a prompt's KV blocks are computed by its first candidate
+  and read by the others, and a later turn reads the blocks of the turns before it (prompt + chosen action).
+  ``cache_tokens`` counts prompt tokens and those served from the cache, per kind of request.
 - Weights are pushed in-process through vLLM's public ``collective_rpc`` into the worker's ``reload_weights``
   (which re-packs the CPU build's linear weights; plain ``load_weights`` would not), then the prefix cache is
   cleared. This needs the engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set before vLLM is
@@ -138,6 +137,10 @@ class VLLMPolicy(HFTokenizerIO):
         eos.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
         self.eos_token_ids: tuple[int, ...] = tuple(sorted(i for i in eos if i is not None))
         self.cached_tokens = 0  # prompt tokens served from the prefix cache so far (generate and score)
+        # prompt tokens and those served from the cache, by request kind: "generate", "score_first" (a prompt's first
+        # candidate: only earlier calls, e.g. earlier turns, can have cached it) and "score_rest" (its other ones)
+        self.cache_tokens: dict[str, list[int]] = {k: [0, 0] for k in ("generate", "score_first", "score_rest")}
+        self.push_seconds = 0.0  # the last update_weights call's
         self.read_prefix_cache = prefix_caching  # False: every request recomputes its prompt (tests compare both)
         self._closed = False
 
@@ -173,7 +176,7 @@ class VLLMPolicy(HFTokenizerIO):
         outputs = self.llm.generate(requests, sampling, use_tqdm=False)
         result = []
         for out in outputs:
-            self.cached_tokens += out.num_cached_tokens or 0
+            self._count("generate", out)
             completion = out.outputs[0]
             ids = list(completion.token_ids)
             logprobs = [float(step[tok].logprob) for step, tok in zip(completion.logprobs, ids)]
@@ -210,19 +213,25 @@ class VLLMPolicy(HFTokenizerIO):
         first = [i for i, (p, _) in enumerate(pairs) if not (p in seen or seen.add(p))]
         rest = sorted(set(range(len(pairs))) - set(first))
         scored: dict[int, list[float]] = {}
-        for wave in (first, rest):
+        for kind, wave in (("score_first", first), ("score_rest", rest)):
             if not wave:
                 continue
             requests = [TokensPrompt(prompt_token_ids=list(pairs[i][0])) for i in wave]
             outputs = self.llm.generate(requests, [self._forced(pairs[i][1]) for i in wave], use_tqdm=False)
             for i, out in zip(wave, outputs):
                 cont = pairs[i][1]
-                self.cached_tokens += out.num_cached_tokens or 0
+                self._count(kind, out)
                 completion = out.outputs[0]
                 if list(completion.token_ids) != list(cont):  # the processor did not force: never silently wrong
                     raise RuntimeError(f"forced decoding gave {list(completion.token_ids)}, expected {list(cont)}")
                 scored[i] = [float(step[tok].logprob) for step, tok in zip(completion.logprobs, cont)]
         return [scored[unique[(tuple(p), tuple(c))]] if c else [] for p, c in zip(prompts, continuations)]
+
+    def _count(self, kind: str, out: Any) -> None:
+        cached = out.num_cached_tokens or 0
+        self.cached_tokens += cached
+        self.cache_tokens[kind][0] += len(out.prompt_token_ids or ())
+        self.cache_tokens[kind][1] += cached
 
     def _forced(self, cont: Sequence[int]) -> Any:
         from vllm import SamplingParams as VllmSampling
@@ -247,7 +256,8 @@ class VLLMPolicy(HFTokenizerIO):
         start = time.perf_counter()
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(items)})
         self.llm.reset_prefix_cache()
-        logger.info("pushed %d tensors into the vLLM engine in %.2f s", len(items), time.perf_counter() - start)
+        self.push_seconds = time.perf_counter() - start
+        logger.info("pushed %d tensors into the vLLM engine in %.2f s", len(items), self.push_seconds)
 
     def close(self) -> None:
         """Shut the engine down (idempotent); the policy cannot generate afterwards."""

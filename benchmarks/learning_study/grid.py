@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from r3l_learn.backends import resolve_rollout_backend
 from r3l_learn.device import resolve_autocast
 
 # bf16 autocast only where this CPU computes bf16 natively (~2.9x faster there, ~57x slower where emulated); the
@@ -381,6 +382,9 @@ def run_config(
         "progress": False,
         **mode.extra,
     }
+    # the rollout engine measured faster for the cell here (hf without vLLM installed): resolved now, so the run's
+    # config.json, and the summary the study reads from it, names the engine the run used
+    config["rollout_backend"] = resolve_rollout_backend({"rollout_backend": "auto", **config})
     return json.loads(json.dumps(config))
 
 

@@ -1,0 +1,172 @@
+"""Which engine plays a training run's rollouts: ``rollout_backend="auto"`` resolved by a small cost model.
+
+vLLM collects faster than HF transformers, but it costs an engine start and, after every optimiser step, a push
+of the learner's weights into the engine; HF rollouts share the trained model and cost neither. ``auto`` picks
+vLLM only where the measurements that ship with the repo (``benchmarks/results/vllm_cpu.json``, written by
+``benchmarks/vllm_cpu.py``) say it finishes the run's rollouts sooner, fixed costs included:
+
+    vLLM:  engine start + steps × weight push + trajectories × (vLLM s per trajectory) × margin
+    HF:    trajectories × (HF s per trajectory)
+
+Per-trajectory seconds come from the measured group of the run's action mode (free text for free and direct
+replies, constrained TextWorld for constrained ones) whose batch is nearest the episodes the run plays together.
+``margin`` is 1.1 where the numbers were measured on this CPU kind (:func:`r3l_learn.device.cpu_kind`) and 2 on
+another one, so there vLLM is chosen only where its measured lead survives halving. Without vLLM installed,
+without measurements, on CUDA (none measured), with LoRA adapters or a Ray generation actor, ``auto`` is ``hf``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "MEASUREMENTS",
+    "ROLLOUT_BACKENDS",
+    "BackendChoice",
+    "RunShape",
+    "choose_backend",
+    "load_measurements",
+    "resolve_rollout_backend",
+    "run_shape",
+    "vllm_importable",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``TrainConfig.rollout_backend``'s values: the two engines, or ``auto`` (this module's choice)
+ROLLOUT_BACKENDS = ("hf", "vllm", "auto")
+#: the measurements ``auto`` reads (a source checkout's; an installed wheel has none, and resolves to hf)
+MEASUREMENTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "vllm_cpu.json"
+#: vLLM's per-trajectory seconds are multiplied by this before comparing: measured on this CPU kind, on another
+SAME_CPU_MARGIN, OTHER_CPU_MARGIN = 1.1, 2.0
+#: which measured task stands for each action mode (direct replies are generated, like free text)
+MEASURED_TASK = {"free": "free text", "direct": "free text", "constrained": "constrained"}
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What of a run decides its rollout cost: how replies are made, how many episodes play together, how long."""
+
+    actions: str  # "free", "constrained" or "direct"
+    batch: int  # episodes played together (one rollout batch)
+    steps: int  # optimiser steps, each followed by a weight push on vLLM
+    trajectories_per_step: int
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The resolved backend, why, and the estimated rollout seconds of the whole run on each (None: not estimated)."""
+
+    backend: str
+    reason: str
+    hf_s: float | None = None
+    vllm_s: float | None = None
+
+
+def vllm_importable() -> bool:
+    """Whether ``vllm`` can be imported here (looked up, not imported: importing it takes seconds)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def load_measurements(path: Path = MEASUREMENTS) -> dict[str, Any] | None:
+    """The saved ``benchmarks/vllm_cpu.py`` results, or None where there are none (or they do not parse)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def run_shape(fields: Mapping[str, Any]) -> RunShape:
+    """The :class:`RunShape` of TrainConfig fields (a ``TrainConfig.to_dict()`` or the learning study's cell).
+
+    Plain groups play all their members at once; reflect-retry groups play their N/2 bases first, then retries.
+    """
+    from r3l_learn.algorithms import resolve_algorithm
+
+    algorithm = resolve_algorithm(fields.get("algo", "r3l"), tuple(fields.get("ablations", ())))
+    tasks, n = int(fields.get("tasks_per_step", 4)), int(fields.get("group_size", 8))
+    own = n // 2 if algorithm.reflect_retry else n - int(fields.get("expert_demos", 0))
+    return RunShape(
+        actions=fields.get("actions", "free"),
+        batch=max(1, tasks * own),
+        steps=int(fields.get("steps", 20)),
+        trajectories_per_step=tasks * n,
+        device=fields.get("device", "cpu"),
+    )
+
+
+def choose_backend(
+    shape: RunShape, measured: dict[str, Any] | None, *, vllm_available: bool, cpu: str
+) -> BackendChoice:
+    """The faster backend for ``shape`` by the cost model in this module's docstring.
+
+    Args:
+        shape: the run.
+        measured: ``benchmarks/vllm_cpu.py``'s saved results (None: none).
+        vllm_available: whether vLLM can be imported here.
+        cpu: this machine's :func:`r3l_learn.device.cpu_kind`, compared with the one the numbers were measured on.
+    """
+    if not vllm_available:
+        return BackendChoice("hf", "vllm is not installed here")
+    if shape.device.startswith("cuda"):
+        return BackendChoice("hf", "no vLLM measurements on CUDA")
+    if shape.actions not in MEASURED_TASK:
+        raise ValueError(f"actions must be one of {tuple(MEASURED_TASK)}, got {shape.actions!r}")
+    task = MEASURED_TASK[shape.actions]
+    rows = [r for r in (measured or {}).get("rows", []) if f"({task})" in r.get("task", "") and _timed(r)]
+    start = (measured or {}).get("engine_start_s")
+    if not rows or start is None:
+        return BackendChoice("hf", f"no {task} measurements of both backends")
+    row = min(rows, key=lambda r: (abs(math.log(r["batch"] / shape.batch)), -r["batch"]))
+    # a weight push moves every weight, like the HF model's load (the stand-in where it was not measured)
+    push = measured.get("weight_push_s", measured.get("hf_load_s", start))
+    same_cpu = measured.get("cpu") == cpu
+    margin = SAME_CPU_MARGIN if same_cpu else OTHER_CPU_MARGIN
+    n = shape.steps * shape.trajectories_per_step
+    hf_s = n * row["wall_s_hf"] / row["batch"]
+    vllm_s = start + shape.steps * push + n * margin * row["wall_s_vllm"] / row["batch"]
+    where = "this CPU kind" if same_cpu else f"another CPU kind ({measured.get('cpu')}; margin {margin:g})"
+    reason = (
+        f"{task} at batch {row['batch']} measured on {where}: {n} trajectories in ~{vllm_s:.0f} s on vLLM "
+        f"(start {start:.1f} s, {shape.steps} weight pushes of {push:.2f} s) vs ~{hf_s:.0f} s on HF"
+    )
+    return BackendChoice("vllm" if vllm_s < hf_s else "hf", reason, hf_s, vllm_s)
+
+
+def _timed(row: Mapping[str, Any]) -> bool:
+    return all(isinstance(row.get(k), (int, float)) for k in ("batch", "wall_s_hf", "wall_s_vllm")) and row["batch"] > 0
+
+
+_LOGGED: set[tuple[RunShape, str]] = set()
+
+
+def resolve_rollout_backend(fields: Mapping[str, Any], measurements: Path = MEASUREMENTS) -> str:
+    """``fields["rollout_backend"]`` itself, or for ``auto`` the :func:`choose_backend` pick, logged once per run
+    shape. ``fields``: TrainConfig fields (``TrainConfig.to_dict()`` or the learning study's cell)."""
+    backend = fields.get("rollout_backend", "hf")
+    if backend not in ROLLOUT_BACKENDS:
+        raise ValueError(f"rollout_backend must be one of {ROLLOUT_BACKENDS}, got {backend!r}")
+    if backend != "auto":
+        return backend
+    shape = run_shape(fields)
+    if fields.get("lora_rank"):
+        choice = BackendChoice("hf", "LoRA adapters are not merged into a vLLM engine")
+    elif fields.get("ray_generation"):
+        choice = BackendChoice("hf", "a Ray actor generates (ray_generation)")
+    else:
+        from r3l_learn.device import cpu_kind
+
+        found = load_measurements(measurements)
+        choice = choose_backend(shape, found, vllm_available=vllm_importable(), cpu=cpu_kind())
+    if (shape, choice.backend) not in _LOGGED:
+        _LOGGED.add((shape, choice.backend))
+        logger.info("rollout backend auto -> %s: %s", choice.backend, choice.reason)
+    return choice.backend
