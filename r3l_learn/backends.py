@@ -9,7 +9,10 @@ vLLM only where the measurements that ship with the repo (``benchmarks/results/v
     HF:    trajectories × (HF s per trajectory)
 
 Per-trajectory seconds come from the measured group of the run's action mode (free text for free and direct
-replies, constrained TextWorld for constrained ones) whose batch is nearest the episodes the run plays together.
+replies, constrained TextWorld for constrained ones) whose batch is nearest the episodes the run plays together;
+for generated replies both are scaled down where the run's ``max_new_tokens`` is below the measured mean reply
+(shorter rollouts leave less time for vLLM to win back its fixed costs). The measured episodes are short (one
+free-text turn, two constrained turns), so a run's rollouts are longer than estimated: this also leans to HF.
 ``margin`` is 1.1 where the numbers were measured on this CPU kind (:func:`r3l_learn.device.cpu_kind`) and 2 on
 another one, so there vLLM is chosen only where its measured lead survives halving. Without vLLM installed,
 without measurements, on CUDA (none measured), with LoRA adapters or a Ray generation actor, ``auto`` is ``hf``.
@@ -59,6 +62,7 @@ class RunShape:
     steps: int  # optimiser steps, each followed by a weight push on vLLM
     trajectories_per_step: int
     device: str = "cpu"
+    max_new_tokens: int | None = None  # per generated turn (None: as measured)
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ def run_shape(fields: Mapping[str, Any]) -> RunShape:
         steps=int(fields.get("steps", 20)),
         trajectories_per_step=tasks * n,
         device=fields.get("device", "cpu"),
+        max_new_tokens=int(fields.get("max_new_tokens", 256)),
     )
 
 
@@ -131,8 +136,11 @@ def choose_backend(
     same_cpu = measured.get("cpu") == cpu
     margin = SAME_CPU_MARGIN if same_cpu else OTHER_CPU_MARGIN
     n = shape.steps * shape.trajectories_per_step
-    hf_s = n * row["wall_s_hf"] / row["batch"]
-    vllm_s = start + shape.steps * push + n * margin * row["wall_s_vllm"] / row["batch"]
+    scale = 1.0
+    if task == "free text" and shape.max_new_tokens and row.get("tokens_hf") and row.get("turns_hf"):
+        scale = min(1.0, shape.max_new_tokens / (row["tokens_hf"] / row["turns_hf"]))
+    hf_s = n * scale * row["wall_s_hf"] / row["batch"]
+    vllm_s = start + shape.steps * push + n * scale * margin * row["wall_s_vllm"] / row["batch"]
     where = "this CPU kind" if same_cpu else f"another CPU kind ({measured.get('cpu')}; margin {margin:g})"
     reason = (
         f"{task} at batch {row['batch']} measured on {where}: {n} trajectories in ~{vllm_s:.0f} s on vLLM "

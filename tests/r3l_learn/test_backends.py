@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 
 import pytest
 
@@ -48,6 +49,19 @@ def test_engine_start_and_weight_pushes_count():
     assert choose_backend(_shape("free"), pushes, vllm_available=True, cpu=CPU).backend == "vllm"
 
 
+def test_short_replies_leave_less_to_win_back():
+    """Replies capped at a quarter of the measured mean (10 tokens of 40) cut both estimates 4x: 32 s on HF vs
+    10 + 8 + 64 x 1.1 x 0.125 = 26.8 on vLLM; at an eighth, 16 vs 22.4, and HF wins."""
+    rows = [{**MEASURED["rows"][0], "tokens_hf": 320, "turns_hf": 8}, MEASURED["rows"][1]]
+    measured = {**MEASURED, "rows": rows}
+    shape = _shape("direct")
+    quarter = choose_backend(replace(shape, max_new_tokens=10), measured, vllm_available=True, cpu=CPU)
+    assert quarter.backend == "vllm" and quarter.hf_s == pytest.approx(32.0)
+    eighth = choose_backend(replace(shape, max_new_tokens=5), measured, vllm_available=True, cpu=CPU)
+    assert eighth.backend == "hf" and eighth.hf_s == pytest.approx(16.0)
+    assert choose_backend(replace(shape, max_new_tokens=400), measured, vllm_available=True, cpu=CPU).hf_s == 128.0
+
+
 def test_numbers_from_another_cpu_kind_need_a_robust_lead():
     """Measured elsewhere, vLLM's time is doubled: free text's 4x lead survives it, constrained's 1.33x does not."""
     other = "no native bf16 (avx2; no avx512_bf16, amx_bf16)"
@@ -83,7 +97,7 @@ def test_cuda_has_no_measurements_and_unknown_modes_are_refused():
 
 def test_a_runs_shape_plays_reflect_retry_bases_first():
     r3l = run_shape({"algo": "r3l", "tasks_per_step": 2, "group_size": 4, "steps": 8, "actions": "constrained"})
-    assert (r3l.batch, r3l.trajectories_per_step, r3l.steps) == (4, 8, 8)
+    assert (r3l.batch, r3l.trajectories_per_step, r3l.steps, r3l.max_new_tokens) == (4, 8, 8, 256)
     grpo = run_shape({"algo": "grpo", "tasks_per_step": 2, "group_size": 4, "expert_demos": 1})
     assert grpo.batch == 6 and grpo.trajectories_per_step == 8
 
