@@ -145,6 +145,30 @@ def test_scores_match_hf_and_share_the_prompt_cache(engine, hf):
 
 
 @_mark
+def test_a_later_constrained_turn_reads_the_earlier_turns_blocks(engine):
+    """Constrained mode across turns: the next turn's prompt (prompt + chosen action + observation) is scored after
+    the cache was emptied (as after a weight push) and one turn was scored; its first candidate reads every whole
+    block of the earlier prompt + action from the cache, and scores as with the cache skipped."""
+    prompts, cands = _prompts(engine, 2), _cands(engine)[:3]
+    engine.llm.reset_prefix_cache()
+    engine.score([p for p in prompts for _ in cands], [c for _ in prompts for c in cands])
+    message = [{"role": "user", "content": "You open the fridge."}]
+    obs = engine.tokenize(engine.render(message, add_generation_prompt=True))
+    second = [p + cands[0] + obs for p in prompts]
+    before = list(engine.cache_tokens["score_first"])
+    on = engine.score(second, [cands[1]] * len(second))
+    cached = engine.cache_tokens["score_first"][1] - before[1]
+    assert engine.cache_tokens["score_first"][0] - before[0] == sum(len(p) for p in second)
+    assert cached >= sum((len(p + cands[0]) // 32) * 32 for p in prompts)  # every whole earlier block
+    engine.read_prefix_cache = False
+    try:
+        off = engine.score(second, [cands[1]] * len(second))
+    finally:
+        engine.read_prefix_cache = True
+    assert _max_gap(on, off) < TOL
+
+
+@_mark
 def test_prefix_caching_on_and_off_give_the_same_results(engine):
     """A second turn extends the first (prompt + reply + next message): with the prefix cache read it reuses
     the cached blocks and gives the same tokens and log-probs as with the cache skipped."""
