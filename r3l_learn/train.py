@@ -27,6 +27,7 @@ import gymnasium as gym
 import torch
 
 from r3l_learn.algorithms import Algorithm
+from r3l_learn.backends import resolve_rollout_backend
 from r3l_learn.batch import rows_from_groups
 from r3l_learn.checkpoints import ResumeError, latest_checkpoint, rng_state, save_checkpoint
 from r3l_learn.collect import GroupBuilder, make_group_builder
@@ -222,7 +223,7 @@ def _open(run: _Run, collector: Collector | None) -> None:
     if config.ray is not None:
         with phase(f"starting Ray ({config.ray})"):
             run.ray_started = connect_ray(config)
-    if config.ray_generation or config.rollout_backend != "hf":
+    if config.ray_generation or resolve_rollout_backend(config.to_dict()) != "hf":
         with phase("starting the generation actor" if config.ray_generation else "starting the vLLM engine"):
             run.player = rollout_policy(config, run.policy)
     else:

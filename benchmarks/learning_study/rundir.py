@@ -12,9 +12,10 @@ from .grid import Run
 #: TrainConfig fields an invocation may override for memory or speed: the loss does not depend on them (1×8 = 8×1
 #: and the shared prefix are tested)
 MEMORY_ONLY = frozenset({"micro_batch_size", "shared_prefix_min", "shared_prefix_tree"})
-#: TrainConfig fields a mode resolves per machine (autocast bf16 only where the CPU computes bf16 natively): a
-#: finished run made on another CPU kind is the same cell of the grid, made there (the page names its machine)
-MACHINE_RESOLVED = frozenset({"autocast"})
+#: TrainConfig fields a mode resolves per machine (autocast bf16 only where the CPU computes bf16 natively; the
+#: rollout engine where vLLM is installed and measured faster): a finished run made on another machine is the same
+#: cell of the grid, made there (the page names its machine and its engine)
+MACHINE_RESOLVED = frozenset({"autocast", "rollout_backend"})
 #: what may differ between a cell and a committed run summary that stands for it: where and how the run was made,
 #: never what it trained or measured (steps and evals must match: a summary is not resumed, it is the result)
 CARRY_FREE = MEMORY_ONLY | MACHINE_RESOLVED | {"out_dir", "progress", "checkpoint_every", "save_final", "eval_before"}

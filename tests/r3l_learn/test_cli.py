@@ -42,7 +42,7 @@ def test_train_help_shows_every_default_and_the_choices_of_every_closed_field():
     closed = [sorted(ALGORITHMS), sorted(ABLATIONS), ["free", "constrained", "direct"], ["k1", "k2", "k3"]]
     for choices in [*closed, ["token_mean", "seq_mean"]]:
         assert "{" + ",".join(choices) + "}" in text, choices
-    for flag, choices in (("--dtype", "{float32,bfloat16,auto}"), ("--rollout-backend", "{hf,vllm}")):
+    for flag, choices in (("--dtype", "{float32,bfloat16,auto}"), ("--rollout-backend", "{hf,vllm,auto}")):
         assert f"{flag} {choices}" in text
     assert "{auto,off,bf16}" in text
     for name in ABLATIONS:  # every ablation has its shortcut, and --ablations lists all of them
