@@ -168,7 +168,9 @@ def render(rows: list[dict], facts: dict, command: str, loads: tuple, limits: di
         "",
         f"`{command}`; load average {loads[0]:.1f} at the start and {loads[1]:.1f} at the end. CPU seconds are the "
         "process's, all threads; the games were compiled beforehand and the first step of each run is left out. "
-        "In every row the update's decoder stops at a micro-batch's last trained token (exact, so not a lever here).",
+        "In every row the update's decoder stops at a micro-batch's last trained token (exact, so not a lever here). "
+        f"Weights in float32, computed under {limits['dtype']} autocast (the study's cpu mode on this CPU); group size "
+        f"{limits.get('group_size', '?')}.",
         "",
         "| variant | what changes | trajectories | tokens / trajectory | collect CPU s / traj | update CPU s / traj "
         "| update GFLOP/s per CPU-s (share of peak) | trajectories / CPU-hour | vs first row |",
@@ -374,6 +376,7 @@ def main(argv: list[str] | None = None) -> None:
 
     dtype = "bf16" if resolve_autocast(CPU_AUTOCAST, "cpu") == "bf16" else "fp32"
     limits = {"model": DEFAULT_MODEL, "dtype": dtype, "n": 1024, "flops_per_token": flops_per_token(DEFAULT_MODEL)}
+    limits["group_size"] = args.group_size
     limits["peak_flops_per_cpu_s"] = matmul_peak(dtype, args.threads, limits["n"])
     add_flops(rows, limits["flops_per_token"], limits["peak_flops_per_cpu_s"])
     loads.append(os.getloadavg()[0])
