@@ -404,7 +404,7 @@ class RayCollector:
         """The one thread that sends calls, finishes them, replaces dead workers and enforces timeouts.
 
         Submitted calls wait in ``pending`` until :meth:`gather` says the round is complete (or nothing more
-        arrives for ``_LINGER_S``, for a caller that waits on a future by other means); then each actor gets its
+        arrives for ``_LINGER_S`` (10 ms), for a caller that waits on a future by other means); then each actor gets its
         share as one call."""
         pending: list[_Op] = []
         while True:
@@ -567,7 +567,7 @@ class RayCollector:
 
 # How long submitted calls wait for more of their round when no gather() says it is complete, and the most calls
 # sent at once.
-_LINGER_S = 0.002
+_LINGER_S = 0.01
 _MAX_BATCH = 4096
 
 

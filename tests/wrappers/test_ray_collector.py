@@ -226,7 +226,10 @@ def test_a_round_is_one_ray_call_per_worker(local_ray, batch_calls):
         sent = remote.ray_calls
         resets = [remote.reset(s, seed=s, task_id=None, checkpoint=True) for s in range(8)]
         results = remote.gather(resets)
-        assert remote.ray_calls - sent == (2 if batch_calls else 8)
+        # batched: one call per worker (2), unless the submitting thread paused past the dispatcher's linger between
+        # two submits (a loaded machine), which splits a round but never sends one call per slot
+        sent = remote.ray_calls - sent
+        assert 2 <= sent < 8 if batch_calls else sent == 8
         steps = remote.gather([remote.step(s, "\\boxed{1}", checkpoint=False) for s in range(8)])
         assert all(r.info["step"] == 1 for r in steps)
         with LocalCollector("r3l/Countdown-v0") as local:
