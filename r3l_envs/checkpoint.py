@@ -382,6 +382,12 @@ def restore(env: gym.Env, ckpt: Checkpoint, *, via: RestoreKind | None = None) -
     previous = [get_state(w) for w, (get_state, _) in zip(chain, handlers)]
     try:  # wrappers first, since their states are only checked as they are set: a refusal is undone
         _set_wrapper_states(chain, handlers, state["wrappers"])
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError, R3LEnvError) as exc:
+        _set_wrapper_states(chain, handlers, previous)
+        if isinstance(exc, R3LEnvError):
+            raise
+        raise CorruptCheckpointError(f"checkpoint holds a wrapper state that does not fit: {exc}") from exc
+    try:
         base._restore_state(state["env"], via=via)
     except R3LEnvError:
         _set_wrapper_states(chain, handlers, previous)
