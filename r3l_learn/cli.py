@@ -21,6 +21,7 @@ import traceback
 
 from r3l_learn.cli_args import env_id_problem, key_value, list_one_spelling, parse_kwargs
 from r3l_learn.config import ACTION_MODES, ACTIONS_HELP, action_flags
+from wrappers.safe_text import one_line  # a file name or an error quoting a file: escaped, never split or obeyed
 
 logger = logging.getLogger(__name__)
 
@@ -58,12 +59,6 @@ def library_errors() -> tuple[type[Exception], ...]:
     from wrappers.ray_collector import WorkerLostError
 
     return R3LEnvError, R3LLearnError, DataFormatError, NoExpertPlanError, WorkerLostError
-
-
-def one_line(text: object) -> str:
-    """``text`` (e.g. an error) on one line: line breaks and other control characters, which a file name or a
-    file's content may carry, written as escapes, so that they can neither split the line nor drive the terminal."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
 
 
 def _require_env(command: str, env_id: str) -> None:
@@ -172,11 +167,11 @@ def _show(args: argparse.Namespace) -> int:
     except library_errors():  # a typed error names the file and the line: main() prints it
         raise
     except FileNotFoundError:
-        raise SystemExit(f"r3l show: no such file: {one_line(args.path)}") from None
+        raise SystemExit(f"r3l show: no such file: {one_line(str(args.path))}") from None
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"r3l show: cannot read {one_line(args.path)}: {one_line(exc)}") from None
+        raise SystemExit(f"r3l show: cannot read {one_line(str(args.path))}: {one_line(str(exc))}") from None
     if not items:
-        raise SystemExit(f"r3l show: {one_line(args.path)} holds no trajectories or trajectory groups")
+        raise SystemExit(f"r3l show: {one_line(str(args.path))} holds no trajectories or trajectory groups")
     print(render_text(items, max_lines=args.max_lines))
     if args.html:
         from pathlib import Path
@@ -372,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     except library_errors() as exc:  # bad input or state, said by the message; anything else is a bug
         if args.verbose:
             traceback.print_exc()
-        print(f"r3l {args.command}: error: {one_line(exc) or type(exc).__name__}", file=sys.stderr)
+        print(f"r3l {args.command}: error: {one_line(str(exc)) or type(exc).__name__}", file=sys.stderr)
         return LIBRARY_ERROR_STATUS
 
 

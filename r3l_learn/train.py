@@ -13,6 +13,7 @@ eval, model and report). The config lives in :mod:`r3l_learn.config`, the parts 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -223,10 +224,9 @@ def _open(run: _Run, collector: Collector | None) -> None:
     if config.ray is not None:
         with phase(f"starting Ray ({config.ray})"):
             run.ray_started = connect_ray(config)
-    if config.ray_generation or resolve_rollout_backend(config.to_dict()) != "hf":
-        with phase("starting the generation actor" if config.ray_generation else "starting the vLLM engine"):
-            run.player = rollout_policy(config, run.policy)
-    else:
+    starts = config.ray_generation or resolve_rollout_backend(config.to_dict()) != "hf"  # else: the trained policy
+    label = "starting the generation actor" if config.ray_generation else "starting the vLLM engine"
+    with phase(label) if starts else contextlib.nullcontext():
         run.player = rollout_policy(config, run.policy)
     run.owns_collector = collector is None
     if collector is None and config.ray is not None:
