@@ -136,9 +136,10 @@ def evaluate(
     a time with generation batched across them; optionally write the trajectories to ``out`` (JSONL).
 
     With ``progress`` (see :mod:`r3l_learn.progress`), content the episodes need that is not cached yet (TextWorld
-    games) is built first under a bar of its own; then a bar named ``desc`` (default: the env id) counts finished
-    episodes, and its postfix says which turn of the current batch is being generated and how many tokens have
-    been, after every round (on a terminal, also the tokens the model has scored or generated within the round).
+    games) is built first under a bar of its own; then a bar named ``desc`` (default: the env id) counts episodes
+    as they finish (after the round that ends each, not when its whole batch does), and its postfix says which turn
+    of the current batch is being generated and how many tokens have been, after every round (on a terminal, also
+    the tokens the model has scored or generated within the round).
     Off a terminal, each of the two writes a start and an end line instead. On Ctrl-C the episodes finished so far
     (those of the interrupted batch included) are summarised and written to ``out``, and
     :class:`EvaluationInterrupted` (a ``KeyboardInterrupt``) carries them to the caller.
@@ -166,7 +167,7 @@ def evaluate(
                 batch = rollout_batch(envs[:k], policy, config, seeds=seeds, seed=seed + first, on_round=show)
                 live.clear()
                 trajs.extend(batch)
-                bar.update(k)
+                show.end_batch(k)
             show.finish()
     except KeyboardInterrupt:
         trajs.extend(ep.trajectory for ep in live if ep.done)
@@ -197,6 +198,7 @@ class _Progress:
         self.policy, self.finished, self.live, self.max_turns = policy, finished, live, max_turns
         self.bar: Phase | None = None
         self.rounds = 0
+        self.counted = 0  # episodes of the running batch the bar has counted
         self.round_start = self._tokens_done()
 
     def status(self) -> str:
@@ -207,13 +209,25 @@ class _Progress:
         return getattr(self.policy, "tokens_done", None)
 
     def start_batch(self) -> None:
-        self.rounds = 0
+        self.rounds, self.counted = 0, 0
         self._show(self.rounds + 1)
 
     def __call__(self, episodes: Sequence[AgentEpisode]) -> None:
         self.live[:] = episodes
         self.rounds += 1
+        # the bar counts episodes as they finish, not batches: a batch of 32 long episodes would otherwise show
+        # 0/N until its slowest episode ends
+        self._advance(sum(e.done for e in episodes))
         self._show(self.rounds + 1)
+
+    def end_batch(self, size: int) -> None:
+        """The batch of ``size`` episodes is over: count those no round reported finished."""
+        self._advance(size)
+
+    def _advance(self, finished: int) -> None:
+        if finished > self.counted:
+            self.bar.update(finished - self.counted)
+            self.counted = finished
 
     def finish(self) -> None:
         """The end of the eval: the last round's numbers, without a turn that will not come."""
