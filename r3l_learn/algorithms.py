@@ -6,9 +6,18 @@ name                          groups           advantage    objective     pivot 
 ============================  ===============  ===========  ============  =============  =====  ============
 ``r3l``                       reflect-retry    ``r3l`` (α)  ``reinforce``  yes           λ = α  0
 ``grpo``                      N plain samples  ``grpo``     ``ppo_clip``   —             —      0.001
+``grpo_no_kl``                N plain samples  ``grpo``     ``ppo_clip``   —             —      0
+``dr_grpo``                   N plain samples  mean base.   ``ppo_clip``   —             —      0
 ``opmd``                      N plain samples  mean base.   ``reinforce``  —             —      0
 ``raft``                      N plain samples  ``raft``     ``reinforce``  —             —      0
 ============================  ===============  ===========  ============  =============  =====  ============
+
+GRPO's two variants change one part each, so that a comparison shows which one matters: ``grpo_no_kl`` drops
+the KL term (TRL's default, β = 0), and ``dr_grpo`` (Dr. GRPO, arXiv 2503.20783) also drops the division by the
+group's reward std, keeping the mean baseline inside PPO-clip. Dr. GRPO also sums each reply's tokens over a constant
+instead of averaging them over the reply's length: that is the run's ``aggregation="token_sum"``, a choice of the
+loss like every aggregation, not of the row (the default, the batch's token mean, has no per-reply length
+normalisation either; the two differ by a factor that is constant within a batch).
 
 R³L's ablations are the same composition with one part swapped (the paper's ablations): ``no_pivot_credit`` keeps every
 agent token in the loss, ``no_amplification`` uses the plain mean baseline (Â = A), ``no_reflect_retry``
@@ -166,6 +175,8 @@ ALGORITHMS: dict[str, Algorithm] = {
     # GRPO as the R³L paper runs it: group-normalised advantages, PPO clip 0.2 and a k3 KL (coefficient 0.001,
     # Trinity-RFT's default).
     "grpo": Algorithm("grpo", "grpo", "ppo_clip", kl_coef=0.001),
+    "grpo_no_kl": Algorithm("grpo_no_kl", "grpo", "ppo_clip"),
+    "dr_grpo": Algorithm("dr_grpo", "mean_baseline", "ppo_clip"),
     "opmd": Algorithm("opmd", "mean_baseline", "reinforce"),
     "raft": Algorithm("raft", "raft", "reinforce"),
 }

@@ -16,7 +16,7 @@ from r3l_learn.advantages import get_advantage
 from r3l_learn.algorithms import Algorithm
 from wrappers.data import TrajectoryGroup
 
-__all__ = ["Batch", "Row", "collate", "micro_batches", "rows_from_groups"]
+__all__ = ["Batch", "Row", "collate", "cut_replies", "micro_batches", "rows_from_groups"]
 
 
 @dataclass
@@ -49,7 +49,11 @@ class Row:
 
 
 def rows_from_groups(
-    groups: Sequence[TrajectoryGroup], algorithm: Algorithm, *, hyper: Mapping[str, Any] | None = None
+    groups: Sequence[TrajectoryGroup],
+    algorithm: Algorithm,
+    *,
+    hyper: Mapping[str, Any] | None = None,
+    mask_truncated: bool = False,
 ) -> list[Row]:
     """Policy rows (every trajectory's sequences with its advantage) followed by the auxiliary rows.
 
@@ -57,6 +61,11 @@ def rows_from_groups(
     their declared defaults except where ``hyper`` sets them (e.g. ``{"alpha": 2.0}``). A trajectory with a
     windowed history contributes one row per turn, all with the trajectory's advantage; one stopped before its
     first reply has no training sequence and no row (it still counts in its group's advantages).
+
+    With ``mask_truncated``, the tokens of replies cut at the token cap (``Turn.reply_cut``) get loss mask 0, so
+    they carry no policy, KL or SFT loss (TRL's ``mask_truncated_completions``, DAPO's overlong filtering): a cut
+    reply says nothing about whether its content was good, only that it ran long. The trajectory still counts in
+    its group's advantages, with its reward.
     """
     rewards, index = [], []
     for g, group in enumerate(groups):
@@ -71,8 +80,16 @@ def rows_from_groups(
     rows, k = [], 0
     for g, group in enumerate(groups):
         for traj in group.trajectories:
-            for seq in traj.sequences():
+            sequences = traj.sequences()
+            cut = traj.cut_reply_masks() if mask_truncated else [None] * len(sequences)
+            if len(cut) != len(sequences):
+                raise ValueError(
+                    f"trajectory {traj.id}: {len(cut)} cut-reply masks for {len(sequences)} training sequences"
+                )
+            for seq, cut_mask in zip(sequences, cut):
                 ids, mask, old = list(seq.token_ids), list(seq.loss_mask), list(seq.behavior_logprobs)
+                if cut_mask is not None:
+                    mask = _without(mask, cut_mask, f"trajectory {traj.id}")
                 rows.append(Row(ids, mask, old, float(adv[k]), kind=traj.kind, group=g))
             k += 1
     if algorithm.aux_samples:
@@ -81,6 +98,19 @@ def rows_from_groups(
                 zeros = [0.0] * len(s.token_ids)
                 rows.append(Row(list(s.token_ids), list(s.loss_mask), zeros, 1.0, aux=True, kind=s.kind, group=g))
     return rows
+
+
+def _without(mask: list[int], cut: Sequence[int], what: str) -> list[int]:
+    """``mask`` with 0 wherever ``cut`` is 1 (both aligned with one sequence's tokens)."""
+    if len(cut) != len(mask):
+        raise ValueError(f"{what}: a cut-reply mask of {len(cut)} entries for a sequence of {len(mask)} tokens")
+    return [0 if c else m for m, c in zip(mask, cut)]
+
+
+def cut_replies(groups: Sequence[TrajectoryGroup]) -> int:
+    """How many replies the policy generated in ``groups`` were cut at the token cap (``Turn.reply_cut``). A
+    retry's turns before its pivot are its base's, reused, so they are counted once, in the base."""
+    return sum(turn.reply_cut for g in groups for t in g.trajectories for turn in t.turns[t.pivot or 0 :])
 
 
 @dataclass

@@ -144,7 +144,16 @@ class TrainConfig:
             "metavar": "NAME=VALUE",
         },
     )
-    aggregation: str = _f("token_mean", f"loss aggregation ({_PAPER}: token mean)", choices=AGGREGATIONS)
+    aggregation: str = _f(
+        "token_mean",
+        f"loss aggregation ({_PAPER}: token mean; token_sum: Dr. GRPO's sum over a constant, r3l_learn/losses.py)",
+        choices=AGGREGATIONS,
+    )
+    mask_truncated: bool = _f(
+        False,
+        "replies cut at --max-new-tokens carry no policy or KL loss, as TRL's mask_truncated_completions and "
+        "DAPO's overlong filtering; the episode still counts in its group's advantages",
+    )
     # optimiser: small models on CPU need a far higher lr than the paper's 1e-6 for 1.5B models
     lr: float = _f(1e-5, "AdamW learning rate (the paper's 1e-6 is for 1.5B models; small CPU models need more)")
     weight_decay: float = _f(0.01, "AdamW weight decay, as the paper")

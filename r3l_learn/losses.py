@@ -1,8 +1,9 @@
 """Per-token objectives, their aggregation, and the KL penalty: pure tensor functions in a registry.
 
 An objective maps the current log-probs of the target tokens to a per-token loss; it knows nothing about
-masks or batch shape beyond broadcasting. Aggregation (token-mean or sequence-mean over the loss mask) is a
-separate choice, so "PPO-clip, sequence-mean" and "REINFORCE, token-mean" are two picks, not two losses.
+masks or batch shape beyond broadcasting. Aggregation (token-mean, sequence-mean, or Dr. GRPO's token sum over a
+constant) is a separate choice, so "PPO-clip, sequence-mean" and "REINFORCE, token-mean" are two picks, not two
+losses.
 
 Every objective has the signature ``fn(logprobs, *, advantages, old_logprobs, <hyperparameters>) -> loss``:
 
@@ -82,7 +83,7 @@ def register_objective(name: str, **properties: Any) -> Callable[[F], F]:
     return checked
 
 
-AGGREGATIONS = ("token_mean", "seq_mean")
+AGGREGATIONS = ("token_mean", "seq_mean", "token_sum")
 #: how the auxiliary SFT rows are weighed against the policy rows (r3l_learn.update's docstring)
 AUX_MEANS = ("shared", "separate")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -143,21 +144,33 @@ def aggregate(
     *,
     total_tokens: float | None = None,
     total_sequences: float | None = None,
+    max_tokens: float | None = None,
 ) -> torch.Tensor:
     """Reduce a per-token loss over the tokens where ``mask`` is 1.
 
     ``token_mean`` divides the masked sum by the number of masked tokens; ``seq_mean`` averages each
-    sequence over its own masked tokens, then averages the sequences that have any. Pass the totals of the
-    *whole* batch when this is one micro-batch of it, so that accumulating micro-batches gives exactly the
-    full-batch loss (the defaults are this tensor's own counts).
+    sequence over its own masked tokens, then averages the sequences that have any. ``token_sum`` is Dr. GRPO's
+    (arXiv 2503.20783, TRL's ``loss_type="dr_grpo"``): each sequence's masked sum divided by the constant
+    ``max_tokens`` (the generation budget) instead of its own length, averaged over the sequences that have any
+    masked token, so a token weighs the same in a long reply as in a short one and its weight does not depend on
+    how many tokens the batch holds. Pass the totals of the *whole* batch when this is one micro-batch of it, so
+    that accumulating micro-batches gives exactly the full-batch loss (the defaults are this tensor's own counts).
+
+    Raises:
+        ValueError: an unknown ``how``, or ``token_sum`` without a positive ``max_tokens``.
     """
     mask = mask.to(per_token.dtype)
     if how == "token_mean":
         denom = mask.sum() if total_tokens is None else total_tokens
         return (per_token * mask).sum() / max(float(denom), 1.0)
-    if how == "seq_mean":
+    if how in ("seq_mean", "token_sum"):
         lengths = mask.sum(-1)
-        per_seq = (per_token * mask).sum(-1) / lengths.clamp(min=1)
+        if how == "seq_mean":
+            per_seq = (per_token * mask).sum(-1) / lengths.clamp(min=1)
+        elif max_tokens is None or not max_tokens > 0:
+            raise ValueError(f"token_sum divides by a constant number of tokens: pass max_tokens > 0, got {max_tokens}")
+        else:
+            per_seq = (per_token * mask).sum(-1) / float(max_tokens)
         denom = (lengths > 0).sum() if total_sequences is None else total_sequences
         return per_seq.sum() / max(float(denom), 1.0)
     raise ValueError(f"unknown aggregation {how!r}; choose one of {AGGREGATIONS}")
