@@ -3,16 +3,25 @@
 A trajectory keeps both views a learner may want: the turns as the env saw them (observation, action,
 reward, info) and the exact token sequence to train on, with per-token arrays aligned to ``token_ids``:
 
-- ``agent_mask``: 1 on the tokens the agent generated, 0 on the chat template's and the env's. Never changed
-  after the rollout.
+- ``agent_mask``: 1 on the tokens the policy chose (sampled, or the admissible action it picked by
+  log-likelihood), 0 on the chat template's, the env's, and the reply tokens the rollout wrote around the policy's
+  choice (a forced ``<action>`` opening, an appended closer, a slot template's text, an appended end-of-turn
+  token; see ``Turn.sampled``). Never changed after the rollout.
 - ``loss_mask``: 1 on the tokens a learner trains: ``agent_mask``, minus what the group builder chose not to
   train (R³L's pivotal credit zeroes the turns before a retry's pivot, in the retry and its base).
 - ``behavior_logprobs``: each agent token's log-prob under the policy that generated it, in the context it was
-  generated in (0.0 elsewhere). Each turn names that context (``Turn.logprob_context``): ``"sequence"``, this
-  very sequence (so they are the behaviour policy's log-probs for it), or ``"guided"``, the same sequence with a
-  reflection's guidance inserted before the pivot's user message (a retry's turns from its pivot on; the
-  guidance is in ``metadata["guidance"]``, never in the tokens). :meth:`Trajectory.guided_mask` gives it per
-  token, and :meth:`Trajectory.sequences` gives every training sequence with all of these aligned.
+  generated in (0.0 outside the replies). Each turn names that context (``Turn.logprob_context``): ``"sequence"``,
+  this very sequence (so they are the behaviour policy's log-probs for it), or ``"guided"``, the same sequence with
+  a reflection's guidance inserted before the pivot's user message (a retry's turns from its pivot on; the
+  guidance is in ``metadata["guidance"]``, never in the tokens). On the reply tokens the rollout wrote
+  (``agent_mask`` 0) they hold the policy's log-prob of that token as well, which nothing may use: no loss, ratio
+  or KL term covers a token outside ``agent_mask``. :meth:`Trajectory.guided_mask` gives the context per token,
+  and :meth:`Trajectory.sequences` gives every training sequence with all of these aligned.
+
+A reply that hit the generation cap (``max_new_tokens``) has ``Turn.finish_reason == "length"``
+(:attr:`Turn.reply_cut`); :meth:`Trajectory.cut_reply_masks` marks their tokens per training sequence, so a
+learner can leave cut replies out of the loss (TRL's ``mask_truncated_completions``). ``Turn.truncated`` is
+another thing: the env's time limit.
 
 The sequence ends with the agent's last reply: the env's answer to it is in ``turns[-1].outcome``, and a user
 turn that would have followed (the prompt that no longer fit, when ``stop_reason == "context_length"``) is not
@@ -60,8 +69,10 @@ __all__ = [
 #: The version of the records this code writes (each record's ``version`` field). 1: the first release (no
 #: version field; ``logprobs``, ``loss_mask`` overwritten by pivotal credit, ``metadata["base_index"]``).
 #: 2: ``id``/``base_id``, ``agent_mask`` beside ``loss_mask``, ``behavior_logprobs`` with each turn's
-#: ``logprob_context``, sequences that end with the last reply. Older records are upgraded on reading.
-FORMAT_VERSION = 2
+#: ``logprob_context``, sequences that end with the last reply. 3: ``agent_mask`` 0 on the reply tokens the rollout
+#: wrote around the policy's choice, which each turn's ``sampled`` locates (``None`` in older records: the whole
+#: reply, as their masks say). Older records are upgraded on reading.
+FORMAT_VERSION = 3
 
 #: What ``Turn.logprob_context`` may say: the context the turn's log-probs were generated under.
 LOGPROB_CONTEXTS = ("sequence", "guided")
@@ -96,13 +107,20 @@ class Turn:
         logprob_context: ``"sequence"`` when the turn was generated from exactly its training context (the
             trajectory's tokens before ``span``, or ``prompt_ids``), ``"guided"`` when the guidance of a retry
             was in the context too (the training sequence never holds it).
-        finish_reason: ``"stop"`` (end of turn or stop string) or ``"length"``.
+        finish_reason: ``"stop"`` (end of turn or stop string) or ``"length"``: the reply was cut at the
+            generation cap (``max_new_tokens``), whatever the rollout then wrote to close it (see :attr:`reply_cut`).
         span: ``[start, end)`` of ``token_ids`` inside the trajectory's ``token_ids`` (``None`` when the turn
             had its own prompt, see ``prompt_ids``).
         prompt_ids: the full prompt this turn saw, only when it is not a prefix of the trajectory's sequence
             (history windowing); ``None`` otherwise.
         constrained: the rollout wrote the reply around the policy's choice: an admissible action chosen by
             log-likelihood, or a slot the policy filled (constrained and direct modes).
+        sampled: ``[start, end)`` inside ``token_ids`` of the tokens the policy chose: what it sampled into a slot
+            (direct mode, a WebShop-style template), or the chosen admissible action's own tokens (constrained
+            mode: choosing by log-likelihood is the policy's choice). The tokens before and after it the rollout
+            wrote (the action tag's opening and closer, the template's text, the chat template's end-of-turn
+            token): the policy did not sample them, so their ``agent_mask`` is 0. A token that holds characters
+            of both counts as chosen. ``None``: every token of the reply was sampled (free text).
         checkpoint: the env state just before this turn, when the rollout was asked to keep checkpoints.
     """
 
@@ -124,11 +142,26 @@ class Turn:
     span: tuple[int, int] | None = None
     prompt_ids: list[int] | None = None
     constrained: bool = False
+    sampled: tuple[int, int] | None = None
     checkpoint: Checkpoint | None = None
+
+    @property
+    def reply_cut(self) -> bool:
+        """The reply was cut at the generation cap (``finish_reason == "length"``); not the env's time limit
+        (``truncated``)."""
+        return self.finish_reason == "length"
+
+    def sampled_mask(self) -> list[int]:
+        """Per token of ``token_ids``: 1 on the tokens the policy chose, 0 on those the rollout wrote (``sampled``)."""
+        if self.sampled is None:
+            return [1] * len(self.token_ids)
+        start, end = self.sampled
+        return [int(start <= i < end) for i in range(len(self.token_ids))]
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["span"] = list(self.span) if self.span is not None else None
+        data["sampled"] = list(self.sampled) if self.sampled is not None else None
         data["checkpoint"] = _encode_checkpoint(self.checkpoint)
         return data
 
@@ -136,6 +169,7 @@ class Turn:
     def from_dict(cls, data: dict[str, Any]) -> Turn:
         data = dict(data)
         data["span"] = tuple(data["span"]) if data.get("span") is not None else None
+        data["sampled"] = tuple(data["sampled"]) if data.get("sampled") is not None else None
         data["checkpoint"] = _decode_checkpoint(data.get("checkpoint"))
         return cls(**data)
 
@@ -237,12 +271,27 @@ class Trajectory:
         out = []
         for t in self.turns:
             prompt, n = t.prompt_ids or [], len(t.token_ids)
-            mask = [0] * len(prompt) + [1] * n
+            mask = [0] * len(prompt) + t.sampled_mask()
             guided = [0] * len(prompt) + [int(t.logprob_context == "guided")] * n
             out.append(
                 TrainingSequence([*prompt, *t.token_ids], mask, list(mask), [0.0] * len(prompt) + t.logprobs, guided)
             )
         return out
+
+    def cut_reply_masks(self) -> list[list[int]]:
+        """Per training sequence (aligned with :meth:`sequences`: same order, one value per token): 1 on the agent
+        tokens (``agent_mask`` 1) of the turns whose reply was cut at the generation cap (:attr:`Turn.reply_cut`),
+        0 elsewhere. A learner multiplies it out of ``loss_mask`` to leave cut replies out of the loss."""
+        if self.windowed:  # sequence i is turn i's own prompt and reply
+            return [[a * t.reply_cut for a in seq.agent_mask] for t, seq in zip(self.turns, self.sequences())]
+        if not self.token_ids:
+            return []
+        mask = [0] * len(self.token_ids)
+        for turn in self.turns:
+            if turn.reply_cut and turn.span is not None:
+                start, end = turn.span
+                mask[start:end] = self.agent_mask[start:end]
+        return [mask]
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "turns"}
@@ -426,6 +475,23 @@ def _trajectory_from_v1(data: dict[str, Any], traj_id: str) -> dict[str, Any]:
     return {"type": "trajectory", "version": FORMAT_VERSION, **out}
 
 
+def _from_v2(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    """A format-2 record as format 3 (a new dict): the fields are the same; its turns have no ``sampled``, which
+    reads as the whole reply, as its ``agent_mask`` says (format 2 masked no reply token)."""
+    if kind == "group" and isinstance(data.get("trajectories"), list) and isinstance(data.get("samples"), list):
+        return {
+            **data,
+            "version": FORMAT_VERSION,
+            "trajectories": [_as_v3(t) for t in data["trajectories"]],
+            "samples": [_as_v3(s) for s in data["samples"]],
+        }
+    return _as_v3(data)
+
+
+def _as_v3(record: Any) -> Any:
+    return {**record, "version": FORMAT_VERSION} if isinstance(record, dict) else record
+
+
 def _check_v1_span(span: Any, n: int) -> None:
     if not (
         isinstance(span, list) and len(span) == 2 and all(type(v) is int for v in span) and 0 <= span[0] <= span[1] <= n
@@ -435,8 +501,11 @@ def _check_v1_span(span: Any, n: int) -> None:
 
 def _upgraded(kind: str, data: dict[str, Any]) -> dict[str, Any]:
     """A record of any format version this code reads, as the current version (the same dict if it is one)."""
-    if _version(data) == FORMAT_VERSION:
+    version = _version(data)
+    if version == FORMAT_VERSION:
         return data
+    if version == 2:
+        return _from_v2(kind, data)
     try:
         if kind == "group":
             return _group_from_v1(data)

@@ -155,8 +155,9 @@ def check_record(data: dict[str, Any], max_depth: int = MAX_DEPTH) -> None:
 
     What is checked: the type and the constraints of every field the schema describes (so the per-token masks
     hold only 0 and 1, a pivot is an integer, ...); that every per-token array of a trajectory (and a sample's
-    ``loss_mask``) has as many values as its ``token_ids``; that a turn's ``span`` lies inside them; that a pivot
-    names one of its trajectory's turns or the end; and that no value is nested deeper than ``max_depth`` levels.
+    ``loss_mask``) has as many values as its ``token_ids``; that a turn's ``span`` lies inside them, and its
+    ``sampled`` inside its own ``token_ids``; that a pivot names one of its trajectory's turns or the end; and
+    that no value is nested deeper than ``max_depth`` levels.
     Fields the schema requires but a record leaves out are not this check's concern: the data model fills those
     that have defaults and reports the others.
     """
@@ -305,6 +306,9 @@ def _check_trajectory(traj: dict[str, Any], where: str) -> None:
         span = turn.get("span")
         if span is not None and not span[0] <= span[1] <= n:
             raise DataFormatError(f"{where}turns[{i}].span: {span} does not lie within the {n} token_ids")
+        sampled, k = turn.get("sampled"), len(turn.get("token_ids", []))
+        if sampled is not None and not sampled[0] <= sampled[1] <= k:
+            raise DataFormatError(f"{where}turns[{i}].sampled: {sampled} does not lie within the turn's {k} token_ids")
     pivot = traj.get("pivot")
     if pivot is not None and pivot > len(turns):
         raise DataFormatError(f"{where}pivot: turn {pivot} of a trajectory of {len(turns)} turns")

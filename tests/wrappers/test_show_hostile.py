@@ -200,7 +200,7 @@ BAD_FIELDS = [
     (_set(("env_id",), None), r"env_id: expected a string, got null"),
     (_set(("type",), ["group"]), r"unknown record type a list of 1 value; expected one of"),
     (_set(("version",), "2\n\x1b"), r"group of format version a string '2\\n\\x1b'"),
-    (_set(("version",), True), r"group of format version true: this r3l reads versions 1 to 2"),
+    (_set(("version",), True), r"group of format version true: this r3l reads versions 1 to 3"),
 ]
 
 
