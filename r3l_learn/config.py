@@ -108,6 +108,15 @@ class TrainConfig:
         "privileged control for the oracle reflector: per group, this many of the N trajectories play the env's "
         "expert plan as the agent (kind 'expert'), the rest are policy rollouts; plain-group algorithms only",
     )
+    dynamic_sampling: bool = _f(
+        False,
+        "DAPO's dynamic sampling: drop the step's groups without contrast (whose rows would train nothing) and "
+        "collect groups for the stream's next tasks until --tasks-per-step groups have contrast or "
+        "--dynamic-sampling-max-rounds is reached; logs the extra cost (collect/...)",
+    )
+    dynamic_sampling_max_rounds: int = _f(
+        3, "with --dynamic-sampling: collection rounds per step at most, the first included (>= 1)"
+    )
     temperature: float = _f(1.0, f"sampling temperature of training rollouts ({_PAPER}: 1.0)")
     max_new_tokens: int = _f(256, "new tokens per agent turn")
     max_turns: int | None = _f(None, "turns per episode; None: the env's own limit")
@@ -284,6 +293,8 @@ class TrainConfig:
             problems.append("ray_generation needs --ray, the hf rollout backend and full fine-tuning (no --lora-rank)")
         if self.max_bad_steps < 1:
             problems.append(f"max_bad_steps must be >= 1, got {self.max_bad_steps}")
+        if self.dynamic_sampling_max_rounds < 1:
+            problems.append(f"dynamic_sampling_max_rounds must be >= 1, got {self.dynamic_sampling_max_rounds}")
         self.hyper = parse_kwargs(self.hyper)  # the CLI hands over NAME=VALUE pairs
         if not problems:
             try:
