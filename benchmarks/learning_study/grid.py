@@ -184,7 +184,11 @@ METHODS: dict[str, Method] = {
     "raft-expert": Method("RAFT + expert demos (privileged)", "raft", role="control", config={"expert_demos": 2}),
     # GRPO without its KL term: on the short sums most steps have no win, and there the KL's tiny gradient is all
     # AdamW sees (it scales any gradient to lr-sized steps). Measured: without it GRPO fell further, in every seed.
-    "grpo-no-kl": Method("GRPO − KL", "grpo", config={"kl_coef": 0.0}),
+    "grpo-no-kl": Method("GRPO − KL", "grpo_no_kl"),
+    # Dr. GRPO (arXiv 2503.20783): GRPO − KL without the division by the group's reward std, and each reply's
+    # tokens summed over a constant (the reply cap) rather than averaged over its length. Beside GRPO and GRPO − KL,
+    # it shows which of the KL and the std normalisation moves GRPO.
+    "dr-grpo": Method("Dr. GRPO (− KL, − std)", "dr_grpo", config={"aggregation": "token_sum"}),
     # A lower learning rate on the short sums, where one update of lr 1e-4 with a single win undid the format.
     "grpo-lr2e-5": Method("GRPO, lr 2e-5", "grpo", config={"lr": 2e-5}),
     "r3l-lr2e-5": Method("R³L (oracle), lr 2e-5", "r3l", role="ablation", config={"lr": 2e-5}),
@@ -284,6 +288,7 @@ MODES: dict[str, Mode] = {
             "r3l-self",
             "r3l-no-amplification",
             "grpo-no-kl",
+            "dr-grpo",
             "grpo-lr2e-5",
             "r3l-lr2e-5",
         ),
@@ -297,7 +302,7 @@ MODES: dict[str, Mode] = {
         extra={"autocast": CPU_AUTOCAST, "eval_batch_size": 32},
         method_envs={
             **{m: ("textworld",) for m in ALL_METHODS if m not in (REFERENCE, *BASELINES)},
-            **{m: ("chainsum-2term",) for m in ("grpo-no-kl", "grpo-lr2e-5", "r3l-lr2e-5")},
+            **{m: ("chainsum-2term",) for m in ("grpo-no-kl", "dr-grpo", "grpo-lr2e-5", "r3l-lr2e-5")},
             # which of R³L's parts carries its gain on the sums: the retries, or the wins' weight α
             **{m: ("textworld", "chainsum-2term-eq") for m in ("r3l-no-reflect-retry", "r3l-no-amplification")},
         },
