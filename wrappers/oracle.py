@@ -22,7 +22,9 @@ Each reflection records the rule that chose its pivot in ``Reflection.pivot_rule
 
 What the guidance may contain (the oracle uses privileged knowledge to *diagnose*; how much of it reaches the
 retry's context is a choice): by default the guidance names **the expert's next action(s)** at the pivot
-(``reveal_steps=1``; ``0`` only says that the step left the plan) and **never the math answer**
+(``plan="step"`` with ``reveal_steps=1``; ``0`` only says that the step left the plan), or, with ``plan="rest"``,
+**the whole rest of the plan** from the pivot to the goal (a model that follows one named step and is lost again
+after it can follow a route it is given in full), and **never the math answer**
 (``reveal_answer=False``: it says which attempt was wrong and, for numeric answers, whether the correct
 value is larger or smaller). ``reveal_answer=True`` puts the reference answer in the guidance, which makes a
 retry succeed for sure but teaches the auxiliary guided-retry sample to copy; the distilled trajectory never
@@ -45,13 +47,17 @@ from wrappers.envops import EnvOps
 from wrappers.reflection import Reflection, ReflectionRequest, reflection_messages
 from wrappers.rollout import DEFAULT_ENV_WORKERS
 
-__all__ = ["MATH_PIVOT_RULES", "OracleReflector", "expert_plan"]
+__all__ = ["GUIDANCE_PLANS", "MATH_PIVOT_RULES", "OracleReflector", "expert_plan"]
 
 logger = logging.getLogger(__name__)
 
 
 #: How the math oracle picks the pivot among the failed attempts (see the module docstring).
 MATH_PIVOT_RULES = ("last_wrong", "first_wrong")
+
+#: How much of the expert plan a plan env's guidance names: ``"step"`` (``reveal_steps`` actions from the pivot)
+#: or ``"rest"`` (every action from the pivot to the goal).
+GUIDANCE_PLANS = ("step", "rest")
 
 
 def expert_plan(env: gym.Env, task_id: str) -> list[str] | None:
@@ -95,7 +101,10 @@ class OracleReflector:
 
     Args:
         reveal_answer: math only: put the reference answer in the guidance (default ``False``).
-        reveal_steps: plan envs: how many expert actions from the pivot on the guidance names (default 1).
+        reveal_steps: plan envs with ``plan="step"``: how many expert actions from the pivot on the guidance names
+            (default 1).
+        plan: plan envs: ``"step"`` (the default: ``reveal_steps`` actions) or ``"rest"`` (the rest of the plan,
+            from the pivot to the goal); see :data:`GUIDANCE_PLANS`.
         math_pivot: math only: ``"last_wrong"`` (retry the last failed attempt, the earlier ones shared) or
             ``"first_wrong"`` (restart at the first failed attempt); see :data:`MATH_PIVOT_RULES`.
         workers: expert plans are computed once per task of a batch, in this many threads (one per idle env;
@@ -109,17 +118,21 @@ class OracleReflector:
         *,
         reveal_answer: bool = False,
         reveal_steps: int = 1,
+        plan: Literal["step", "rest"] = "step",
         math_pivot: Literal["last_wrong", "first_wrong"] = "last_wrong",
         workers: int = DEFAULT_ENV_WORKERS,
     ):
         if reveal_steps < 0:
             raise ValueError(f"reveal_steps must be >= 0, got {reveal_steps}")
+        if plan not in GUIDANCE_PLANS:
+            raise ValueError(f"plan must be one of {GUIDANCE_PLANS}, got {plan!r}")
         if math_pivot not in MATH_PIVOT_RULES:
             raise ValueError(f"math_pivot must be one of {MATH_PIVOT_RULES}, got {math_pivot!r}")
         if workers < 1:
             raise ValueError(f"workers must be >= 1 (1 computes plans serially), got {workers}")
         self.reveal_answer = reveal_answer
         self.reveal_steps = reveal_steps
+        self.plan = plan
         self.math_pivot = math_pivot
         self.workers = workers
 
@@ -202,8 +215,10 @@ class OracleReflector:
         turn = traj.turns[pivot]
         did = f"gave no usable action ({turn.parse_error})" if turn.action is None else f"did {turn.action!r}"
         cause = f"At step {pivot} the agent {did}, which leaves the plan that solves the task."
-        ahead = plan[done : done + self.reveal_steps]
-        if ahead:
+        ahead = plan[done:] if self.plan == "rest" else plan[done : done + self.reveal_steps]
+        if ahead and self.plan == "rest":
+            fix = "From here, do in order: " + ", then ".join(repr(a) for a in ahead) + ". That reaches the goal."
+        elif ahead:
             fix = "From here, do: " + ", then ".join(repr(a) for a in ahead) + "."
         else:
             fix = "Reconsider this step: it does not bring you closer to the goal."
