@@ -16,7 +16,7 @@ from wrappers.policy import Generation, Policy, SamplingParams
 if TYPE_CHECKING:
     from wrappers.data import Turn
 
-__all__ = ["ChatSequence", "chat", "end_of_turn_id", "replay", "turn_suffix_ids", "with_guidance"]
+__all__ = ["ChatSequence", "chat", "chosen_span", "end_of_turn_id", "replay", "turn_suffix_ids", "with_guidance"]
 
 # Stands in for assistant content when we ask the template what comes after it. Chosen so that no
 # template would transform it and no real reply contains it.
@@ -51,6 +51,20 @@ def end_of_turn_id(policy: Policy) -> int | None:
     return ids[0] if ids and ids[0] in policy.eos_token_ids else None
 
 
+def chosen_span(reply: Sequence[int], head: Sequence[int], tail: Sequence[int]) -> tuple[int, int]:
+    """``[start, end)`` of the policy's choice inside ``reply``, a reply the rollout wrote as ``head`` text, the
+    choice, then ``tail`` text (each given as its tokens alone): ``reply`` less the tokens it shares with ``head``
+    at its start and with ``tail`` at its end. ``reply`` is tokenised whole, so a token that merges written and
+    chosen characters differs from both and counts as chosen."""
+    start = 0
+    while start < min(len(reply), len(head)) and reply[start] == head[start]:
+        start += 1
+    end = len(reply)
+    while end > start and len(reply) - end < len(tail) and reply[end - 1] == tail[len(tail) - (len(reply) - end) - 1]:
+        end -= 1
+    return start, end
+
+
 class ChatSequence:
     """One growing token sequence with its agent mask (1 on generated ids) and their log-probs."""
 
@@ -65,13 +79,24 @@ class ChatSequence:
     def __len__(self) -> int:
         return len(self.token_ids)
 
-    def add_generation(self, text: str, token_ids: Sequence[int], logprobs: Sequence[float]) -> tuple[int, int]:
-        """Append the agent's generated ids (mask 1); returns their ``[start, end)`` span."""
+    def add_generation(
+        self,
+        text: str,
+        token_ids: Sequence[int],
+        logprobs: Sequence[float],
+        sampled: tuple[int, int] | None = None,
+    ) -> tuple[int, int]:
+        """Append a reply's ids; returns their ``[start, end)`` span (the whole reply). The agent mask is 1 on
+        ``token_ids[sampled[0]:sampled[1]]``, the tokens the policy chose (all of them when ``sampled`` is
+        ``None``), and 0 on the reply tokens the rollout wrote around them (``wrappers.data.Turn.sampled``)."""
         if len(token_ids) != len(logprobs):
             raise ValueError(f"{len(token_ids)} token ids but {len(logprobs)} log-probs")
+        first, last = (0, len(token_ids)) if sampled is None else sampled
+        if not 0 <= first <= last <= len(token_ids):
+            raise ValueError(f"sampled tokens {sampled} do not lie within the reply's {len(token_ids)} ids")
         start = len(self.token_ids)
         self.token_ids.extend(int(t) for t in token_ids)
-        self.agent_mask.extend([1] * len(token_ids))
+        self.agent_mask.extend(int(first <= i < last) for i in range(len(token_ids)))
         self.logprobs.extend(float(x) for x in logprobs)
         self.messages.append({"role": "assistant", "content": text})
         self.spans.append((start, len(self.token_ids)))
@@ -113,7 +138,7 @@ def replay(
 
     seq = ChatSequence(policy, [{"role": "system", "content": system}, {"role": "user", "content": user(0)}])
     for i, turn in enumerate(turns):
-        seq.add_generation(turn.response, turn.token_ids, turn.logprobs)
+        seq.add_generation(turn.response, turn.token_ids, turn.logprobs, turn.sampled)
         if i + 1 < len(users):
             seq.add_user(user(i + 1))
     return seq

@@ -23,7 +23,7 @@ from wrappers.collector import Collector, ResetResult, StepResult
 from wrappers.data import Trajectory, Turn
 from wrappers.envops import LocalCollector
 from wrappers.parsing import parse_reply
-from wrappers.policy import Generation, Policy, SamplingParams, describe
+from wrappers.policy import FinishReason, Generation, Policy, SamplingParams, describe
 from wrappers.prompts import FAMILIES, PromptTemplate
 
 __all__ = ["DEFAULT_ENV_WORKERS", "DEFAULT_MAX_TURNS", "AgentEpisode", "RolloutConfig"]
@@ -328,9 +328,23 @@ class AgentEpisode:
         """Play a free-text generation: parse it, step the env (or explain the parse failure), record it."""
         return self._complete(self._begin_free(generation, prompt))
 
-    def apply_choice(self, action: str, token_ids: Sequence[int], logprobs: Sequence[float], prompt=None) -> Turn:
-        """Play an admissible action chosen by constrained mode, with the token ids that express it."""
-        return self._complete(self._begin_choice(action, token_ids, logprobs, prompt))
+    def apply_choice(
+        self,
+        action: str,
+        token_ids: Sequence[int],
+        logprobs: Sequence[float],
+        prompt=None,
+        *,
+        sampled: tuple[int, int] | None = None,
+        finish_reason: FinishReason = "stop",
+    ) -> Turn:
+        """Play an action the rollout wrote as a reply around the policy's choice (an admissible action chosen by
+        constrained mode, a filled slot), with the token ids that express it. ``sampled`` is ``[start, end)`` of
+        the chosen tokens in ``token_ids`` (``None``: all of them; see :attr:`wrappers.data.Turn.sampled`), and
+        ``finish_reason`` is the generation's when the policy sampled a slot (``"length"``: cut at the cap)."""
+        return self._complete(
+            self._begin_choice(action, token_ids, logprobs, prompt, sampled=sampled, finish_reason=finish_reason)
+        )
 
     # A turn is played in three parts so that :func:`play` can run the env part of a whole round concurrently:
     # ``_begin_*`` (calling thread: the record and the generated tokens), ``_act`` (the env call, submitted to the
@@ -344,11 +358,29 @@ class AgentEpisode:
         parsed = parse_reply(generation.text, self.template.answer)
         return self._begin(generation, parsed.action, parsed.error, prompt, constrained=False)
 
-    def _begin_choice(self, action: str, token_ids: Sequence[int], logprobs: Sequence[float], prompt) -> Turn:
-        generation = Generation(self.policy.decode(token_ids), list(token_ids), list(logprobs), "stop")
-        return self._begin(generation, action, None, prompt, constrained=True)
+    def _begin_choice(
+        self,
+        action: str,
+        token_ids: Sequence[int],
+        logprobs: Sequence[float],
+        prompt,
+        *,
+        sampled: tuple[int, int] | None = None,
+        finish_reason: FinishReason = "stop",
+    ) -> Turn:
+        generation = Generation(self.policy.decode(token_ids), list(token_ids), list(logprobs), finish_reason)
+        return self._begin(generation, action, None, prompt, constrained=True, sampled=sampled)
 
-    def _begin(self, gen: Generation, action: str | None, error: str | None, prompt, *, constrained: bool) -> Turn:
+    def _begin(
+        self,
+        gen: Generation,
+        action: str | None,
+        error: str | None,
+        prompt,
+        *,
+        constrained: bool,
+        sampled: tuple[int, int] | None = None,
+    ) -> Turn:
         if self.done:
             raise RuntimeError("this episode has ended; start a new AgentEpisode")
         turn = Turn(
@@ -362,13 +394,14 @@ class AgentEpisode:
             finish_reason=gen.finish_reason,
             parse_error=error,
             constrained=constrained,
+            sampled=sampled,
             checkpoint=self._checkpoint,
             logprob_context="sequence" if self._context is None else "guided",
         )
         if self.config.history is None:
-            turn.span = self._sequence.add_generation(gen.text, gen.token_ids, gen.logprobs)
+            turn.span = self._sequence.add_generation(gen.text, gen.token_ids, gen.logprobs, sampled)
             if self._context is not None:
-                self._context.add_generation(gen.text, gen.token_ids, gen.logprobs)
+                self._context.add_generation(gen.text, gen.token_ids, gen.logprobs, sampled)
         else:
             turn.prompt_ids = list(prompt) if prompt is not None else self.prompt()
         return turn

@@ -19,10 +19,11 @@ from dataclasses import replace
 import gymnasium as gym
 import numpy as np
 
-from wrappers.chat import end_of_turn_id
+from wrappers.chat import chosen_span, end_of_turn_id
 from wrappers.collector import Collector, StepResult
 from wrappers.data import Trajectory, Turn, new_id
 from wrappers.episode import DEFAULT_ENV_WORKERS, DEFAULT_MAX_TURNS, AgentEpisode, RolloutConfig, _slots
+from wrappers.parsing import AnswerFormat
 from wrappers.policy import Policy
 
 __all__ = [
@@ -226,7 +227,10 @@ def _decide(free, chosen, slotted, policy, config, rseed, eot, stop, steps: _Rou
             offset += len(cands)
             rng = np.random.default_rng(None if rseed is None else [rseed, k])
             i = _choose(mine, config.constrained_score, config.sampling.temperature, rng)
-            steps.act(ep, ep._begin_choice(ep.admissible[i], cands[i], mine[i], prompt))
+            # Choosing the action by its log-likelihood is the policy's choice: the action's own tokens keep
+            # agent_mask 1; the tags and end-of-turn token written around it do not (Turn.sampled).
+            sampled = chosen_span(cands[i], *_written(policy, ep.template.answer, "", "", eot))
+            steps.act(ep, ep._begin_choice(ep.admissible[i], cands[i], mine[i], prompt, sampled=sampled))
     if slotted:
         _fill_slots(slotted, policy, config, rseed, eot, steps)
 
@@ -253,10 +257,21 @@ def _fill_slots(
         value = " ".join(value.split())  # one line: a newline or a run of spaces is no part of a query
         action = before + value + after
         ids = policy.tokenize(ep.template.answer.wrap(action)) + ([eot] if eot is not None else [])
-        replies.append((ep, prompt, action, ids))
-    scores = policy.score([prompt for _, prompt, _, _ in replies], [ids for *_, ids in replies])
-    for (ep, prompt, action, ids), lp in zip(replies, scores, strict=True):
-        steps.act(ep, ep._begin_choice(action, ids, lp, prompt))
+        # Only the value was sampled: the tag, the template's text around the slot and the end-of-turn token
+        # are the rollout's (agent_mask 0). A value cut at max_new_tokens stays marked so ("length").
+        sampled = chosen_span(ids, *_written(policy, ep.template.answer, before, after, eot))
+        replies.append((ep, prompt, action, ids, sampled, gen.finish_reason))
+    scores = policy.score([r[1] for r in replies], [r[3] for r in replies])
+    for (ep, prompt, action, ids, sampled, finish), lp in zip(replies, scores, strict=True):
+        steps.act(ep, ep._begin_choice(action, ids, lp, prompt, sampled=sampled, finish_reason=finish))
+
+
+def _written(policy: Policy, answer: AnswerFormat, before: str, after: str, eot: int | None) -> tuple[list, list]:
+    """The tokens the rollout writes before and after the policy's choice in a reply: the action tag's opening
+    and ``before``; ``after``, the closing tag and the end-of-turn token (see :func:`wrappers.chat.chosen_span`)."""
+    return policy.tokenize(answer.opening + before), policy.tokenize(after + answer.stop) + (
+        [eot] if eot is not None else []
+    )
 
 
 def rollout(
