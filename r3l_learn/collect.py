@@ -4,14 +4,18 @@
 OPMD sample (``N`` independent rollouts per task). Both return the same format, so every algorithm can
 train on either, and :func:`make_group_builder` picks one for an algorithm. Both play their episodes on the
 env slots of a :class:`wrappers.collector.Collector` (where the envs live: threads here, or Ray actors).
+:func:`collect_with_contrast` is DAPO's dynamic sampling on top of either: groups without contrast are replaced
+by groups of fresh tasks until a step has the groups it asked for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import gymnasium as gym
+import numpy as np
 
 from wrappers.collector import Collector
 from wrappers.data import TrajectoryGroup
@@ -22,7 +26,7 @@ from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
 from wrappers.reflection import Reflector
 from wrappers.rollout import RolloutConfig, rollout_batch
 
-__all__ = ["GroupBuilder", "PlainGroups", "make_group_builder"]
+__all__ = ["DynamicSample", "GroupBuilder", "PlainGroups", "collect_with_contrast", "make_group_builder"]
 
 
 class GroupBuilder(Protocol):
@@ -165,3 +169,89 @@ def make_group_builder(
         reflection_samples=reflection_samples,
     )
     return ReflectRetry(env, policy, reflector, config, env_kwargs=env_kwargs)
+
+
+@dataclass
+class DynamicSample:
+    """What :func:`collect_with_contrast` collected for one step.
+
+    Attributes:
+        groups: the groups with contrast the step trains on (at most the number asked for), in collection order.
+        collected: every group collected, those without contrast included (the step's rewards are taken over
+            these: the extra tasks are drawn from the stream whatever their outcome, so they are as fair a sample of
+            it as the first ones).
+        rounds: collection rounds made, the first included.
+        extra_groups: groups collected after the first round (each one a fresh task).
+        extra_trajectories: their trajectories.
+    """
+
+    groups: list[TrajectoryGroup]
+    collected: list[TrajectoryGroup]
+    rounds: int
+    extra_groups: int
+    extra_trajectories: int
+
+    def metrics(self) -> dict[str, int]:
+        """What a training step logs about it (``collect/...``)."""
+        return {
+            "collect/rounds": self.rounds,
+            "collect/extra_groups": self.extra_groups,
+            "collect/extra_trajectories": self.extra_trajectories,
+            "collect/contrast_groups": len(self.groups),
+            "collect/dropped_groups": len(self.collected) - len(self.groups),
+        }
+
+
+def collect_with_contrast(
+    builder: GroupBuilder,
+    take: Callable[[int], list[str]],
+    wanted: int,
+    *,
+    seed: int | None,
+    with_contrast: Callable[[list[TrajectoryGroup]], list[bool]],
+    max_rounds: int = 3,
+) -> DynamicSample:
+    """Dynamic sampling (DAPO, arXiv 2503.14476): collect groups for ``wanted`` tasks, drop those without contrast,
+    and collect groups for as many fresh tasks as are missing, until ``wanted`` groups have contrast or
+    ``max_rounds`` rounds (the first included) are made; the step then trains on the groups with contrast it has.
+
+    Args:
+        builder: builds the groups (:class:`PlainGroups`, :class:`wrappers.ReflectRetry`, ...).
+        take: ``take(k)`` gives the next ``k`` task ids of the run's stream (:meth:`TaskStream.take`), so the
+            extra tasks are those the following steps would have drawn, and the stream's cursor counts them.
+        wanted: groups with contrast the step asks for (``tasks_per_step``).
+        seed: the step's collection seed (round 0 uses it as is, so a run without resampling collects exactly
+            what it would without dynamic sampling; each later round a seed derived from it and its number).
+        with_contrast: for a list of groups, whether each has contrast (the learner asks whether its rows would
+            carry signal, :func:`r3l_learn.update.signal_rows`).
+        max_rounds: the cap on collection rounds, >= 1; a step draws at most ``wanted * max_rounds`` tasks.
+    """
+    if wanted < 1 or max_rounds < 1:
+        raise ValueError(f"wanted and max_rounds must be >= 1, got {wanted} and {max_rounds}")
+    kept: list[TrajectoryGroup] = []
+    collected: list[TrajectoryGroup] = []
+    rounds = 0
+    while len(kept) < wanted and rounds < max_rounds:
+        found = builder.collect(take(wanted - len(kept)), seed=_round_seed(seed, rounds))
+        flags = with_contrast(found)
+        if len(flags) != len(found):
+            raise ValueError(f"with_contrast gave {len(flags)} answers for {len(found)} groups")
+        kept += [g for g, has in zip(found, flags) if has]
+        collected += found
+        rounds += 1
+    extra = collected[wanted:]  # the first round collected exactly ``wanted`` groups
+    return DynamicSample(
+        groups=kept,
+        collected=collected,
+        rounds=rounds,
+        extra_groups=len(extra),
+        extra_trajectories=sum(len(g.trajectories) for g in extra),
+    )
+
+
+def _round_seed(seed: int | None, round_index: int) -> int | None:
+    """The collection seed of resampling round ``round_index`` of a step seeded ``seed``: the step's own for round
+    0, then one drawn from both, so a later round plays other episodes than any step's first round."""
+    if seed is None or round_index == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, round_index]).generate_state(1)[0])

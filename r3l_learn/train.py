@@ -29,9 +29,9 @@ import torch
 
 from r3l_learn.algorithms import Algorithm
 from r3l_learn.backends import resolve_rollout_backend
-from r3l_learn.batch import rows_from_groups
+from r3l_learn.batch import Row, rows_from_groups
 from r3l_learn.checkpoints import ResumeError, latest_checkpoint, rng_state, save_checkpoint
-from r3l_learn.collect import GroupBuilder, make_group_builder
+from r3l_learn.collect import GroupBuilder, collect_with_contrast, make_group_builder
 from r3l_learn.config import RESUMABLE_CHANGES, TrainConfig, config_from_dict
 from r3l_learn.device import resolve_autocast
 from r3l_learn.errors import R3LLearnError
@@ -50,7 +50,7 @@ from r3l_learn.train_setup import (
     rollout_policy,
 )
 from r3l_learn.train_state import Interrupts, recorded_evals, report, resume_state, trainable_state
-from r3l_learn.update import LossConfig, accumulate_gradients
+from r3l_learn.update import LossConfig, UpdateResult, apply_update, optimizer_steps, signal_rows
 from wrappers import Trajectory, TrajectoryGroup
 from wrappers.collector import Collector
 from wrappers.envops import LocalCollector
@@ -379,16 +379,33 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
     t0, c0 = time.perf_counter(), time.process_time()
     run.model.eval()
     run.doing, run.tokens_at_step = "collecting", getattr(run.player, "tokens_done", 0)
-    groups = run.builder.collect(run.stream.take(config.tasks_per_step), seed=config.seed * 100_003 + step)
+    seed = config.seed * 100_003 + step
+    sample = None
+    if config.dynamic_sampling:
+        sample = collect_with_contrast(
+            run.builder,
+            run.stream.take,
+            config.tasks_per_step,
+            seed=seed,
+            with_contrast=lambda found: _with_signal(run, found),
+            max_rounds=config.dynamic_sampling_max_rounds,
+        )
+        groups, collected = sample.groups, sample.collected
+    else:
+        groups = collected = run.builder.collect(run.stream.take(config.tasks_per_step), seed=seed)
     t1, c1 = time.perf_counter(), time.process_time()
     rows = rows_from_groups(groups, run.algo, hyper=run.hyper)
     with interrupts.critical():  # a Ctrl-C here waits until the step is applied and logged
         run.doing, run.backwards, run.rows = "updating", 0, len(rows)
-        upd, grad_norm, ok = _update(run, rows)
+        result = _update(run, rows)
+        ok = result.stepped or result.no_contrast  # only a non-finite loss or gradient is a bad step
         run.doing = "logging"
         run.completed, run.cursor = step + 1, run.stream.cursor
         times = (t0, t1, time.perf_counter()), (c0, c1, time.process_time())
-        metrics = _step_metrics(groups, run.algo, upd, grad_norm, ok, times)
+        metrics = _step_metrics(collected, run.algo, result, times)
+        metrics["update/optimizer_steps"] = optimizer_steps(run.optimizer)
+        if sample is not None:
+            metrics.update(sample.metrics())
         own = dict(metrics)
         for callback in on_step:
             extra = callback(StepInfo(run.completed, groups, dict(own))) or {}
@@ -408,36 +425,39 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
             )
 
 
-def _update(run: _Run, rows: Any) -> tuple[Any, float, bool]:
-    """One optimiser step on ``rows`` (skipped if the loss or gradient is not finite); the rollout policy gets the
-    new weights. Returns the update's statistics, the gradient norm, and whether it was applied."""
-    model, optimizer = run.model, run.optimizer
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
+def _update(run: _Run, rows: list[Row]) -> UpdateResult:
+    """One optimiser step on ``rows`` (:func:`r3l_learn.update.apply_update`: none on a batch without contrast,
+    nor where the loss or gradient is not finite); the rollout policy gets the new weights when it stepped."""
+    model = run.model
     # one gradient per backward pass reaches any trainable leaf: counting them counts the micro-batches done
     first = next(p for p in model.parameters() if p.requires_grad)
     hook = first.register_hook(lambda grad: _count_backward(run, grad))
     try:
-        upd = accumulate_gradients(
+        result = apply_update(
             model,
+            run.optimizer,
             rows,
             run.loss,
             micro_batch_size=run.config.micro_batch_size,
             pad_id=run.policy.pad_token_id,
+            grad_clip=run.config.grad_clip,
             ref_fn=run.ref_fn,
             autocast=run.autocast,
         )
     finally:
         hook.remove()
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), run.config.grad_clip))
-    ok = upd.finite and math.isfinite(grad_norm)
-    if ok:
-        optimizer.step()
-        if run.player is not run.policy:
-            run.player.update_weights(model.state_dict())
-    optimizer.zero_grad(set_to_none=True)
-    model.eval()
-    return upd, grad_norm, ok
+    if result.stepped and run.player is not run.policy:
+        run.player.update_weights(model.state_dict())
+    return result
+
+
+def _with_signal(run: _Run, groups: list[TrajectoryGroup]) -> list[bool]:
+    """For each of ``groups``, whether its rows would carry signal (:func:`r3l_learn.update.signal_rows`): the
+    contrast dynamic sampling asks of a group. Advantages are taken within each group, so judging the groups
+    together gives each the advantages it has in the step's batch."""
+    rows = rows_from_groups(groups, run.algo, hyper=run.hyper)
+    found = {r.group for r in signal_rows(rows, run.loss)}
+    return [g in found for g in range(len(groups))]
 
 
 def _count_backward(run: _Run, grad: torch.Tensor) -> torch.Tensor:
@@ -533,11 +553,17 @@ def _first_attempt_won(traj: Trajectory) -> float:
 
 
 def _step_metrics(
-    groups: list[TrajectoryGroup], algo: Algorithm, upd: Any, grad_norm: float, ok: bool, times: tuple[tuple, tuple]
+    groups: list[TrajectoryGroup], algo: Algorithm, result: UpdateResult, times: tuple[tuple, tuple]
 ) -> dict[str, Any]:
-    """What one step logs: the groups' rewards and retry statistics, the loss parts, and where the time went
-    (``times``: wall and process CPU clocks at the step's start, after collection and after the update; CPU
-    seconds count every thread, and are what a loaded machine does not inflate)."""
+    """What one step logs: the groups' rewards and retry statistics (every group the step collected), the loss
+    parts, whether the optimiser stepped, and where the time went (``times``: wall and process CPU clocks at the
+    step's start, after collection and after the update; CPU seconds count every thread, and are what a loaded
+    machine does not inflate).
+
+    ``skipped``: a non-finite loss or gradient discarded the update; ``update/skipped_no_contrast``: no row carried
+    signal, so the optimiser did not step (the zero-contrast rule of :mod:`r3l_learn.update`). The loss entries
+    are None in both cases."""
+    upd, grad_norm, ok = result.stats, result.grad_norm, result.stepped
     trajs = [t for g in groups for t in g.trajectories]
     bases = [t for t in trajs if t.kind == "base"]
     (start, collected, updated), (cpu_start, cpu_collected, cpu_updated) = times
@@ -554,8 +580,9 @@ def _step_metrics(
         "loss/policy": upd.policy_loss if ok else None,
         "loss/aux": upd.aux_loss if ok else None,
         "loss/kl": upd.kl if ok else None,
-        "grad_norm": grad_norm if math.isfinite(grad_norm) else None,
-        "skipped": not ok,
+        "grad_norm": grad_norm if grad_norm is not None and math.isfinite(grad_norm) else None,
+        "skipped": not ok and not result.no_contrast,
+        "update/skipped_no_contrast": result.no_contrast,
         "speed/generated_tokens": generated,
         "speed/collect_s": collected - start,
         "speed/update_s": updated - collected,

@@ -118,10 +118,12 @@ def resume_state(config: TrainConfig, model: Any, optimizer: Any, stream: TaskSt
     source = f"resume file {path}"
     checked = check_checkpoint(load_checkpoint(path), model, optimizer, source=source)
     _check_saved_config(checked.config, config, source)
-    if checked.cursor != checked.step * config.tasks_per_step:  # each step takes tasks_per_step tasks
+    least, most = _cursor_range(config, checked.step)
+    if not least <= checked.cursor <= most:
+        took = f"{least}" if least == most else f"{least} to {most}"
         raise ResumeError(
             f"{source}: cursor is {checked.cursor}, but {checked.step} steps of {config.tasks_per_step} tasks take "
-            f"{checked.step * config.tasks_per_step}; the file is not this run's: delete it or start a new --out-dir"
+            f"{took}; the file is not this run's: delete it or start a new --out-dir"
         )
     before = eval_summary(checked.eval_before, f"{source}: eval_before")
     metrics_path = out / "metrics.jsonl"
@@ -136,6 +138,13 @@ def resume_state(config: TrainConfig, model: Any, optimizer: Any, stream: TaskSt
         metrics_path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
     logger.info("resumed from %s at step %d", path, checked.step)
     return checked.step, before
+
+
+def _cursor_range(config: TrainConfig, steps: int) -> tuple[int, int]:
+    """How many tasks ``steps`` steps take from the stream, at least and at most: ``tasks_per_step`` each, and with
+    dynamic sampling up to ``tasks_per_step`` more per extra round (r3l_learn.collect.collect_with_contrast)."""
+    least = steps * config.tasks_per_step
+    return least, least * (config.dynamic_sampling_max_rounds if config.dynamic_sampling else 1)
 
 
 def _check_saved_config(saved: dict[str, Any], config: TrainConfig, source: str) -> None:

@@ -15,10 +15,22 @@ How the auxiliary SFT rows are weighed is ``aux_mean``:
 
 ``agg`` is the chosen aggregation over the loss-masked tokens of the policy rows (token-mean by default),
 with denominators taken over the *whole* batch, so any split into micro-batches gives the same
-loss and gradient (the accumulated sum equals the full-batch value). Rows whose advantage is 0 add nothing
-to an objective registered with ``skip_zero_advantage`` and are skipped when no KL is asked for, but still count
-in the denominators. What else the loss needs of an objective (old log-probs for a ratio, reference log-probs)
-is read from its registration, :class:`r3l_learn.losses.ObjectiveProperties`.
+loss and gradient (the accumulated sum equals the full-batch value). What else the loss needs of an objective
+(old log-probs for a ratio, reference log-probs) is read from its registration,
+:class:`r3l_learn.losses.ObjectiveProperties`.
+
+**Batches without contrast: one rule for every algorithm** (:func:`signal_rows`, :func:`apply_update`). A row
+carries signal when it has target tokens and either is an aux SFT row with ``aux_weight > 0``, or is a policy row
+whose advantage is not 0, or is a policy row of an objective that does not declare ``skip_zero_advantage`` (its
+loss does not vanish at advantage 0, e.g. ``sft``). Rows without signal are left out of every term, the KL term
+included: a KL penalty only regularises the updates the policy-gradient term makes, so it rides along with them
+and never makes an update of its own. They still count in the denominators, so a batch's loss does not depend
+on which of its rows had signal. A batch with no row of signal (every group without contrast: all members
+equally rewarded, and no aux sample) does not step the optimiser at all: no forward or backward pass, no
+``optimizer.step()``, so the weights, AdamW's step counts and moments (and any LR schedule driven by them) stay as
+they were. Before this rule, GRPO's KL kept zero-advantage rows in the loss and stepped AdamW, with the momentum
+of its last real update, on batches without a win, while the other algorithms did not. The step still counts as
+a step of the run (the task stream moves on, the metrics record ``update/skipped_no_contrast``).
 """
 
 from __future__ import annotations
@@ -44,7 +56,17 @@ from r3l_learn.losses import (
     kl_penalty,
 )
 
-__all__ = ["LossConfig", "UpdateStats", "accumulate_gradients", "batch_loss"]
+__all__ = [
+    "LossConfig",
+    "UpdateResult",
+    "UpdateStats",
+    "accumulate_gradients",
+    "apply_update",
+    "batch_loss",
+    "carries_signal",
+    "optimizer_steps",
+    "signal_rows",
+]
 
 #: computes reference log-probs of a batch (no grad), for the KL term
 RefFn = Callable[[Batch], torch.Tensor]
@@ -155,6 +177,23 @@ class UpdateStats:
     finite: bool = True
 
 
+def carries_signal(row: Row, config: LossConfig) -> bool:
+    """Whether ``row`` gives the loss anything to learn from (the module docstring's rule): it has target tokens,
+    and it is an aux row weighed ``aux_weight > 0``, or a policy row with a non-zero advantage, or a policy row of
+    an objective that does not declare ``skip_zero_advantage``."""
+    if row.num_target_tokens == 0:
+        return False
+    if row.aux:
+        return bool(config.aux_weight)
+    return row.advantage != 0 or not config.properties.skip_zero_advantage
+
+
+def signal_rows(rows: Sequence[Row], config: LossConfig) -> list[Row]:
+    """The rows of ``rows`` that carry signal (:func:`carries_signal`); an empty list means the batch has no
+    contrast and :func:`apply_update` does not step the optimiser on it."""
+    return [r for r in rows if carries_signal(r, config)]
+
+
 def batch_loss(
     model: Any, batch: Batch, config: LossConfig, totals: _Totals, ref_fn: RefFn | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -207,18 +246,13 @@ def accumulate_gradients(
     autocast: torch.dtype | None = None,
 ) -> UpdateStats:
     """Backpropagate the loss of ``rows`` in micro-batches of ``micro_batch_size`` rows (gradients add up in
-    ``.grad``; the caller zeroes them before and steps the optimiser after). Stops at the first non-finite
-    micro-batch loss and reports it (``finite=False``); the caller must then discard the gradients."""
+    ``.grad``; the caller zeroes them before and steps the optimiser after). Only the rows that carry signal
+    (:func:`signal_rows`) go through the model; the others count in the denominators alone. Stops at the first
+    non-finite micro-batch loss and reports it (``finite=False``); the caller must then discard the gradients."""
     if config.properties.needs_reference and ref_fn is None:
         raise ValueError(f"objective {config.objective!r} needs reference log-probs: pass ref_fn")
     totals = _Totals.of(rows)
-    zero_advantage_counts = config.kl_coef > 0 or not config.properties.skip_zero_advantage
-    trainable = [
-        r
-        for r in rows
-        if r.num_target_tokens > 0
-        and (bool(config.aux_weight) if r.aux else (r.advantage != 0 or zero_advantage_counts))
-    ]
+    trainable = signal_rows(rows, config)
     stats = UpdateStats(skipped_rows=len(rows) - len(trainable))
     stats.target_tokens = int(totals.policy[0] + totals.aux[0])
     device = next(model.parameters()).device
@@ -237,3 +271,58 @@ def accumulate_gradients(
         stats.kl += parts.get("kl", 0.0)
         stats.tokens += int(batch.attention_mask.sum())
     return stats
+
+
+@dataclass
+class UpdateResult:
+    """What :func:`apply_update` did: the accumulation's statistics, the gradient norm before clipping (None where
+    no gradient was computed), and whether the optimiser stepped; ``no_contrast``: it did not, because no row
+    carried signal (otherwise a non-finite loss or gradient stopped it)."""
+
+    stats: UpdateStats
+    grad_norm: float | None
+    stepped: bool
+    no_contrast: bool = False
+
+
+def apply_update(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    rows: Sequence[Row],
+    config: LossConfig,
+    *,
+    micro_batch_size: int,
+    pad_id: int,
+    grad_clip: float,
+    ref_fn: RefFn | None = None,
+    autocast: torch.dtype | None = None,
+) -> UpdateResult:
+    """One optimiser step on ``rows``, under the zero-contrast rule of the module docstring: a batch without a row
+    of signal leaves the model and ``optimizer`` exactly as they were (no backward, no step, AdamW's state
+    untouched); otherwise the gradients are accumulated, clipped to ``grad_clip`` and applied, unless the loss or
+    gradient is not finite (then discarded). The gradients are zeroed before and after; the model is left in eval
+    mode."""
+    if not signal_rows(rows, config):
+        stats = UpdateStats(skipped_rows=len(rows), target_tokens=int(sum(r.num_target_tokens for r in rows)))
+        return UpdateResult(stats, grad_norm=None, stepped=False, no_contrast=True)
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    try:
+        stats = accumulate_gradients(
+            model, rows, config, micro_batch_size=micro_batch_size, pad_id=pad_id, ref_fn=ref_fn, autocast=autocast
+        )
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
+        stepped = stats.finite and math.isfinite(grad_norm)
+        if stepped:
+            optimizer.step()
+    finally:
+        optimizer.zero_grad(set_to_none=True)
+        model.eval()
+    return UpdateResult(stats, grad_norm, stepped)
+
+
+def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
+    """How many steps ``optimizer`` has applied (AdamW's per-parameter ``step``, the largest; 0 before the first):
+    read from its state, so a resumed run counts the steps made before the checkpoint too."""
+    counts = [int(s["step"]) for s in optimizer.state.values() if "step" in s]
+    return max(counts, default=0)
