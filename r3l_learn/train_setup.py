@@ -19,6 +19,7 @@ from r3l_learn.logprobs import sequence_logprobs
 from wrappers import RolloutConfig, SamplingParams
 from wrappers.oracle import OracleReflector
 from wrappers.reflection import PolicyReflector, Reflector
+from wrappers.structured_reflection import StructuredReflector
 
 __all__ = [
     "TaskStream",
@@ -114,6 +115,8 @@ def make_reflector(config: TrainConfig, policy: Any) -> Reflector | None:
         return OracleReflector()
     if config.reflector == "self":
         return PolicyReflector(policy)
+    if config.reflector == "self-structured":  # the policy's own judgement as scored choices: always parses
+        return StructuredReflector(policy)
     if config.reflector.startswith("openai:"):
         from r3l_learn.openai_policy import OpenAIReflector
 

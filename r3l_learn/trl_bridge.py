@@ -67,6 +67,7 @@ from wrappers.prompts import template_for
 from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig, aggregate_stats
 from wrappers.reflection import PolicyReflector, Reflector
 from wrappers.rollout import RolloutConfig
+from wrappers.structured_reflection import StructuredReflector
 
 __all__ = ["EnvRollout", "env_reward", "trl_fields"]
 
@@ -122,7 +123,8 @@ class EnvRollout:
         mode: ``"episodes"`` (``num_generations`` independent episodes per task) or ``"reflect_retry"``.
         rollout: how episodes are played (turn limit, tokens per turn, constrained actions); its temperature
             and top-p are replaced by the trainer's.
-        reflector: reflect-retry only: a :class:`wrappers.Reflector`, or ``"self"`` for the trained policy.
+        reflector: reflect-retry only: a :class:`wrappers.Reflector`, or ``"self"`` for the trained policy
+            (``"self-structured"``: its judgement as scored choices, :mod:`wrappers.structured_reflection`).
         retry: reflect-retry only: the wrapper's settings (group size and fill are set from the trainer).
         policy: who plays; default: the trainer's model with its tokenizer (:class:`r3l_learn.HFPolicy`).
         seed: seeds resets and sampling (call ``k`` uses a seed derived from it and ``k``); default: the
@@ -138,7 +140,7 @@ class EnvRollout:
         env_kwargs: dict[str, Any] | None = None,
         mode: Mode = "episodes",
         rollout: RolloutConfig | None = None,
-        reflector: Reflector | Literal["self"] | None = None,
+        reflector: Reflector | Literal["self", "self-structured"] | None = None,
         retry: ReflectRetryConfig | None = None,
         policy: Policy | None = None,
         seed: int | None = None,
@@ -277,7 +279,9 @@ class EnvRollout:
             else:
                 if n % 2:
                     raise ValueError(f"reflect-retry groups are N/2 bases + retries: num_generations={n} must be even")
-                reflector = PolicyReflector(policy) if self.reflector == "self" else self.reflector
+                reflector = self.reflector
+                if reflector in ("self", "self-structured"):
+                    reflector = PolicyReflector(policy) if reflector == "self" else StructuredReflector(policy)
                 config = replace(self.retry, group_size=n, rollout=rollout, fill=True)
                 self._collectors[key] = ReflectRetry(self.env_id, policy, reflector, config, env_kwargs=env_kwargs)
         return self._collectors[key]

@@ -55,6 +55,9 @@ FAILURE_REASONS = {
     "no_plan": "the oracle has no expert knowledge for this env or task",
     "no_turns": "the trajectory has no turns to restart from",
     "no_deviation": "the oracle found no step that left the expert plan (the episode ran out of turns)",
+    "no_admissible": "the pivot turn lists no admissible actions to choose a suggestion from, and free suggestions "
+    "are off (structured reflection)",
+    "no_alternative": "no turn offers an admissible action other than the one taken (structured reflection)",
 }
 
 _FENCE = re.compile(r"```[\w-]*")
