@@ -65,7 +65,9 @@ def rows_from_groups(
     With ``mask_truncated``, the tokens of replies cut at the token cap (``Turn.reply_cut``) get loss mask 0, so
     they carry no policy, KL or SFT loss (TRL's ``mask_truncated_completions``, DAPO's overlong filtering): a cut
     reply says nothing about whether its content was good, only that it ran long. The trajectory still counts in
-    its group's advantages, with its reward.
+    its group's advantages, with its reward. An auxiliary sample's cut replies are those its builder marked in
+    ``metadata["cut_mask"]`` (per token, 1 on a cut reply's tokens; a guided retry's, see
+    :class:`wrappers.ReflectRetry`).
     """
     rewards, index = [], []
     for g, group in enumerate(groups):
@@ -95,8 +97,10 @@ def rows_from_groups(
     if algorithm.aux_samples:
         for g, group in enumerate(groups):
             for s in group.samples:
-                zeros = [0.0] * len(s.token_ids)
-                rows.append(Row(list(s.token_ids), list(s.loss_mask), zeros, 1.0, aux=True, kind=s.kind, group=g))
+                zeros, mask = [0.0] * len(s.token_ids), list(s.loss_mask)
+                if mask_truncated and s.metadata.get("cut_mask") is not None:
+                    mask = _without(mask, s.metadata["cut_mask"], f"{s.kind} sample of group {g}")
+                rows.append(Row(list(s.token_ids), mask, zeros, 1.0, aux=True, kind=s.kind, group=g))
     return rows
 
 

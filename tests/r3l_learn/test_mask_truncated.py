@@ -13,7 +13,7 @@ from r3l_learn.models import tiny_model
 from r3l_learn.scripted import ScriptedPolicy
 from r3l_learn.update import LossConfig, accumulate_gradients
 from wrappers import RolloutConfig, SamplingParams, rollout_batch
-from wrappers.data import TrajectoryGroup
+from wrappers.data import Sample, TrajectoryGroup
 
 CAP = 48  # new tokens per reply; the tiny tokenizer is byte-level: one token per character
 
@@ -103,3 +103,15 @@ def test_cut_replies_are_counted_once(group):
 def test_the_option_is_off_by_default_and_recorded_in_the_config():
     assert TrainConfig().mask_truncated is False
     assert TrainConfig(mask_truncated=True).to_dict()["mask_truncated"] is True
+
+
+def test_an_aux_samples_marked_cut_reply_leaves_the_sft_term(group):
+    sample = Sample("guided_retry", [1, 5, 6, 7, 8, 2], [0, 0, 1, 1, 1, 1], metadata={"cut_mask": [0, 0, 1, 1, 0, 0]})
+    with_aux = TrajectoryGroup(group.env_id, group.task_id, group.trajectories, samples=[sample])
+    off = rows_from_groups([with_aux], ALGORITHMS["r3l"])
+    on = rows_from_groups([with_aux], ALGORITHMS["r3l"], mask_truncated=True)
+    assert off[-1].aux and off[-1].loss_mask == [0, 0, 1, 1, 1, 1]
+    assert on[-1].aux and on[-1].loss_mask == [0, 0, 0, 0, 1, 1]
+    sample.metadata["cut_mask"] = [0, 1]
+    with pytest.raises(ValueError, match="guided_retry sample of group 0: a cut-reply mask of 2 entries"):
+        rows_from_groups([with_aux], ALGORITHMS["r3l"], mask_truncated=True)
