@@ -1,4 +1,5 @@
-"""The ``r3l`` command line: ``tour``, ``envs``, ``check``, ``train``, ``eval`` and ``show`` (``r3l --help``).
+"""The ``r3l`` command line: ``tour``, ``envs``, ``check``, ``train``, ``eval``, ``warmup`` and ``show``
+(``r3l --help``).
 
 One vocabulary across subcommands: an env is ``--env ID`` with ``--env-kwargs KEY=VALUE ...``; ``--actions``,
 ``--dtype``, ``--autocast``, ``--device``, ``--rollout-backend``, ``--seed`` and ``--max-new-tokens`` mean the same
@@ -151,6 +152,13 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"r3l eval: interrupted; the {summary.episodes} finished episode(s) are in {out}", file=sys.stderr)
         return 130
     return 0
+
+
+def _warmup(args: argparse.Namespace) -> int:
+    from r3l_learn.warmup import run_warmup_cli
+
+    _require_env("warmup", args.env)
+    return run_warmup_cli(args, _env_kwargs(args))
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -316,6 +324,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ev.add_argument("--out-dir", default=None, help="directory of the default --out file; None: the current one")
     ev.add_argument("kwargs", nargs="*", type=key_value, metavar="KEY=VALUE", help="older spelling of --env-kwargs")
     ev.set_defaults(func=_eval)
+
+    wu = add_parser("warmup", "teach a model to follow guidance: SFT on guided expert turns (train split)")
+    _add_env_arguments(wu, required=True)
+    from r3l_learn.warmup import add_warmup_arguments
+
+    add_warmup_arguments(wu)
+    wu.set_defaults(func=_warmup, kwargs=[])
 
     show = add_parser(
         "show",
