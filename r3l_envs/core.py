@@ -12,15 +12,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import pickle
-import string
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 from gymnasium.error import ResetNeeded
 
 from r3l_envs._version import __version__
@@ -31,40 +29,14 @@ from r3l_envs.errors import (
     ReplayDivergenceError,
     UnknownTaskError,
 )
+from r3l_envs.text_space import MAX_TEXT, TextSpace
 
 __all__ = ["INFO_KEYS", "MAX_TEXT", "EnvInfo", "TextEnv", "TextSpace", "observation_digest"]
 
 #: Keys every ``info`` dict has (the public contract of every r3l env).
 INFO_KEYS = ("task_id", "task", "admissible_actions", "won", "score", "step")
 
-#: Longest observation or action the spaces admit, in characters.
-MAX_TEXT = 1 << 20
-
 RestoreKind = Literal["native", "replay"]
-
-
-class TextSpace(spaces.Text):
-    """Any Python ``str`` of at most ``max_length`` characters.
-
-    ``gymnasium.spaces.Text`` only admits characters of an explicit charset, and the charset that would admit
-    every observation (all of Unicode) costs ~100 MB as a frozenset. So membership accepts every string, and
-    ``sample()`` draws short printable-ASCII strings (the charset below), which is what a checker needs.
-    """
-
-    def __init__(self, max_length: int = MAX_TEXT, *, min_length: int = 0, seed: int | None = None):
-        super().__init__(max_length, min_length=min_length, charset=string.printable, seed=seed)
-
-    def contains(self, x: Any) -> bool:
-        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
-
-    def sample(self, mask: Any = None, probability: Any = None) -> str:
-        if mask is None and probability is None:  # a megabyte of noise helps nobody: keep samples short
-            length = int(self.np_random.integers(self.min_length, min(self.max_length, 64) + 1))
-            return super().sample(mask=(length, None))
-        return super().sample(mask=mask, probability=probability)
-
-    def __repr__(self) -> str:
-        return f"TextSpace({self.min_length}, {self.max_length})"
 
 
 def observation_digest(observation: str, reward: float = 0.0, terminated: bool = False) -> str:
@@ -86,11 +58,15 @@ class EnvInfo:
         is_math: one problem per episode, every reply a graded attempt, ``info["correct"]`` per attempt; the
             learner reports first-attempt success, and the oracle diagnoses attempts, not plan deviations.
         has_expert_plan: the env overrides :meth:`TextEnv.expert_actions` (privileged plans for an oracle).
+        max_turns: the most turns an episode can take by the env's own rules (a math env's ``max_attempts``), or
+            ``None`` where no rule of the env ends it (a ``TimeLimit`` or the caller's turn budget may); declared
+            with :meth:`TextEnv.turn_limit` and, for a made env, :attr:`TextEnv.max_turns`.
     """
 
     prompt_family: str = "generic"
     is_math: bool = False
     has_expert_plan: bool = False
+    max_turns: int | None = None
 
 
 @dataclass
@@ -183,13 +159,27 @@ class TextEnv(gym.Env[str, str]):
         return None
 
     @classmethod
-    def declaration(cls) -> EnvInfo:
-        """What this env class declares (:class:`EnvInfo`); read without making an env."""
+    def declaration(cls, kwargs: Mapping[str, Any] | None = None) -> EnvInfo:
+        """What this env class declares (:class:`EnvInfo`) for an env made with ``kwargs``; read without making
+        an env."""
         return EnvInfo(
             prompt_family=cls.prompt_family,
             is_math=cls.is_math,
             has_expert_plan=cls.expert_actions is not TextEnv.expert_actions,
+            max_turns=cls.turn_limit(kwargs or {}),
         )
+
+    @classmethod
+    def turn_limit(cls, kwargs: Mapping[str, Any]) -> int | None:
+        """The most turns an episode of this env, made with ``kwargs``, can take by the env's own rules, or
+        ``None`` (the default) where none of its rules ends an episode. An env with such a rule overrides this
+        and :attr:`max_turns` together."""
+        return None
+
+    @property
+    def max_turns(self) -> int | None:
+        """:meth:`turn_limit` of this instance (:attr:`EnvInfo.max_turns`)."""
+        return type(self).turn_limit({})
 
     def canonical_observation(self, observation: str) -> str:
         """The form of an observation that identical states share (identity unless the engine is unstable)."""
@@ -425,8 +415,3 @@ def sanitize_action(action: Any) -> str:
     except UnicodeEncodeError:
         action = action.encode("utf-8", "replace").decode("utf-8")
     return action
-
-
-# TextSpace's handlers for gymnasium's shared memory (AsyncVectorEnv's default): imported with the space, so every
-# process that makes or unpickles one has them.
-from r3l_envs import shared_text  # noqa: E402, F401

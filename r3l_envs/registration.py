@@ -5,6 +5,8 @@ Entry points are strings, so an engine (Java, jericho, ...) is imported only whe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
@@ -50,21 +52,29 @@ def list_envs() -> list[str]:
     return sorted(env_id for env_id in gym.registry if env_id.startswith(f"{NAMESPACE}/"))
 
 
-def env_info(env: str | gym.Env) -> EnvInfo:
+def env_info(env: str | gym.Env, kwargs: Mapping[str, Any] | None = None) -> EnvInfo:
     """What an env declares (:class:`~r3l_envs.core.EnvInfo`): by registered id, without making the env (its
     class is imported, no engine is started), or from an env made with ``gym.make`` or directly.
 
     Envs that are not :class:`~r3l_envs.core.TextEnv` (or ids registered with a factory function rather than a
-    class) declare nothing: they get ``EnvInfo()`` (the generic prompt family, not math, no expert plan).
+    class) declare nothing: they get ``EnvInfo()`` (the generic prompt family, not math, no expert plan, no turn
+    limit).
+
+    Args:
+        env: a registered id, or an env.
+        kwargs: with an id, the keyword arguments the env would be made with beyond the registered ones (they
+            can change what it declares, e.g. a math env's ``max_attempts``); an env made already knows its own.
 
     Raises:
         gymnasium.error.Error: ``env`` is an id that is not registered (with gymnasium's "did you mean").
     """
     if isinstance(env, str):
-        entry_point = gym.spec(env).entry_point
-        cls = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
-    else:
-        cls = type(env.unwrapped)
-    if isinstance(cls, type) and issubclass(cls, TextEnv):
-        return cls.declaration()
+        spec = gym.spec(env)
+        cls = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+        if isinstance(cls, type) and issubclass(cls, TextEnv):
+            return cls.declaration({**spec.kwargs, **(kwargs or {})})
+        return EnvInfo()
+    unwrapped = env.unwrapped
+    if isinstance(unwrapped, TextEnv):
+        return replace(type(unwrapped).declaration(), max_turns=unwrapped.max_turns)
     return EnvInfo()

@@ -13,7 +13,7 @@ first attempt). The gold answer is privileged: :meth:`MathEnv.reference_answer` 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,9 @@ __all__ = [
     "ReasoningGymEnv",
 ]
 
+#: Replies graded per episode unless ``max_attempts`` says otherwise.
+DEFAULT_MAX_ATTEMPTS = 3
+
 
 class MathEnv(TextEnv):
     """A multi-attempt answer-checking env over any :class:`~r3l_envs.math.sources.TaskSource`.
@@ -63,7 +66,7 @@ class MathEnv(TextEnv):
         self,
         source: TaskSource,
         *,
-        max_attempts: int = 3,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         equation_answers: bool = False,
         grading_timeout: float = 5.0,
         render_mode: str | None = None,
@@ -99,6 +102,15 @@ class MathEnv(TextEnv):
         if self._task is None:
             raise RuntimeError("no task yet: call reset() first")
         return self._task.reference
+
+    @classmethod
+    def turn_limit(cls, kwargs: Mapping[str, Any]) -> int | None:
+        """Every turn is a graded attempt, so an episode ends after ``max_attempts`` turns."""
+        return int(kwargs.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
+
+    @property
+    def max_turns(self) -> int:
+        return self.max_attempts
 
     def expert_actions(self, task_id: str) -> list[str]:
         """The one action that wins ``task_id``: its reference answer (privileged; the env is left as it is)."""

@@ -13,7 +13,7 @@ from test_all_envs import OFFLINE_KWARGS, _params
 
 import r3l_envs
 from r3l_envs.core import TextSpace
-from r3l_envs.shared_text import SharedTexts
+from r3l_envs.text_space import SharedTexts
 
 SEEDS = [3, 4]
 FALLBACK_ACTIONS = ["The answer is 42.", "look around"]
