@@ -398,7 +398,9 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
     with interrupts.critical():  # a Ctrl-C here waits until the step is applied and logged
         run.doing, run.backwards, run.rows = "updating", 0, len(rows)
         result = _update(run, rows)
-        ok = result.stepped or result.no_contrast  # only a non-finite loss or gradient is a bad step
+        # only a non-finite loss or gradient is a bad step; a step without contrast ran nothing, so it neither
+        # counts as one nor breaks a run of them
+        ok = result.stepped or result.no_contrast
         run.doing = "logging"
         run.completed, run.cursor = step + 1, run.stream.cursor
         times = (t0, t1, time.perf_counter()), (c0, c1, time.process_time())
@@ -415,7 +417,8 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
             metrics.update(extra)
         run.log.log(run.completed, metrics)
         run.metrics = metrics
-    run.bad_steps = 0 if ok else run.bad_steps + 1
+    if not result.no_contrast:
+        run.bad_steps = 0 if ok else run.bad_steps + 1
     if not ok:
         logger.warning("step %d: non-finite loss or gradient; the update was skipped", run.completed)
         if run.bad_steps >= config.max_bad_steps:
