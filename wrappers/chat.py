@@ -66,7 +66,8 @@ def chosen_span(reply: Sequence[int], head: Sequence[int], tail: Sequence[int]) 
 
 
 class ChatSequence:
-    """One growing token sequence with its agent mask (1 on generated ids) and their log-probs."""
+    """One growing token sequence with its agent mask (1 on the ids the policy chose, see :meth:`add_generation`)
+    and their log-probs."""
 
     def __init__(self, policy: Policy, messages: Sequence[dict[str, str]]):
         self.policy = policy

@@ -9,6 +9,7 @@ import pytest
 
 import r3l_envs  # noqa: F401  (registers the envs)
 from wrappers import AgentEpisode, RolloutConfig, SamplingParams, load_jsonl, rollout, save_jsonl
+from wrappers.chat import chosen_span
 from wrappers.data import Trajectory
 
 pytest.importorskip("transformers")
@@ -73,6 +74,13 @@ def test_a_constrained_choice_keeps_the_chosen_action_and_masks_what_is_written_
     t = rollout(gym.make("r3ltest/Corridor-v0"), policy, RolloutConfig(constrained=True, max_turns=3), seed=0)
     assert t.turns and all(turn.constrained for turn in t.turns)
     assert_only_chosen_tokens_are_agent(policy, t, [turn.action for turn in t.turns])
+
+
+def test_a_token_merging_written_and_chosen_characters_counts_as_chosen():
+    # "<action>" + "[x]" tokenised whole may merge ">[" into one token: it holds a chosen character.
+    assert chosen_span([1, 2, 9, 4, 5, 0], head=[1, 2, 3], tail=[5, 0]) == (2, 4)
+    assert chosen_span([1, 2, 3, 5, 0], head=[1, 2, 3], tail=[5, 0]) == (3, 3)  # an empty choice
+    assert chosen_span([1, 2, 3, 7, 7, 0], head=[1, 2, 3], tail=[7, 0]) == (3, 4)
 
 
 def cut_then_short(max_new_tokens: int):
