@@ -31,13 +31,13 @@ from collections.abc import Mapping, Sequence
 import gymnasium as gym
 
 import r3l_envs
-from wrappers.chat import end_of_turn_id
+from wrappers.chat import chosen_span, end_of_turn_id
 from wrappers.collector import Collector
 from wrappers.data import Trajectory, new_id
 from wrappers.episode import AgentEpisode, RolloutConfig, _slots
 from wrappers.oracle import expert_plan
 from wrappers.policy import Generation, Policy
-from wrappers.rollout import _Round
+from wrappers.rollout import _Round, written_around
 
 __all__ = ["EXPERT_KIND", "PLAN_END", "NoExpertPlanError", "expert_plans", "expert_rollouts", "require_expert"]
 
@@ -172,8 +172,9 @@ def _play(
         steps = _Round(collector)
         try:
             for (ep, prompt, action, ids, chosen), logprobs in zip(turns, scores, strict=True):
-                if chosen:
-                    turn = ep._begin_choice(action, ids, logprobs, prompt)
+                if chosen:  # written as a constrained choice is: only the action's tokens carry loss
+                    sampled = chosen_span(ids, *written_around(policy, ep.template.answer, "", "", eot))
+                    turn = ep._begin_choice(action, ids, logprobs, prompt, sampled=sampled)
                 else:
                     turn = ep._begin_free(Generation(policy.decode(ids), list(ids), list(logprobs), "stop"), prompt)
                     if turn.action != action:

@@ -229,7 +229,7 @@ def _decide(free, chosen, slotted, policy, config, rseed, eot, stop, steps: _Rou
             i = _choose(mine, config.constrained_score, config.sampling.temperature, rng)
             # Choosing the action by its log-likelihood is the policy's choice: the action's own tokens keep
             # agent_mask 1; the tags and end-of-turn token written around it do not (Turn.sampled).
-            sampled = chosen_span(cands[i], *_written(policy, ep.template.answer, "", "", eot))
+            sampled = chosen_span(cands[i], *written_around(policy, ep.template.answer, "", "", eot))
             steps.act(ep, ep._begin_choice(ep.admissible[i], cands[i], mine[i], prompt, sampled=sampled))
     if slotted:
         _fill_slots(slotted, policy, config, rseed, eot, steps)
@@ -259,14 +259,14 @@ def _fill_slots(
         ids = policy.tokenize(ep.template.answer.wrap(action)) + ([eot] if eot is not None else [])
         # Only the value was sampled: the tag, the template's text around the slot and the end-of-turn token
         # are the rollout's (agent_mask 0). A value cut at max_new_tokens stays marked so ("length").
-        sampled = chosen_span(ids, *_written(policy, ep.template.answer, before, after, eot))
+        sampled = chosen_span(ids, *written_around(policy, ep.template.answer, before, after, eot))
         replies.append((ep, prompt, action, ids, sampled, gen.finish_reason))
     scores = policy.score([r[1] for r in replies], [r[3] for r in replies])
     for (ep, prompt, action, ids, sampled, finish), lp in zip(replies, scores, strict=True):
         steps.act(ep, ep._begin_choice(action, ids, lp, prompt, sampled=sampled, finish_reason=finish))
 
 
-def _written(policy: Policy, answer: AnswerFormat, before: str, after: str, eot: int | None) -> tuple[list, list]:
+def written_around(policy: Policy, answer: AnswerFormat, before: str, after: str, eot: int | None) -> tuple[list, list]:
     """The tokens the rollout writes before and after the policy's choice in a reply: the action tag's opening
     and ``before``; ``after``, the closing tag and the end-of-turn token (see :func:`wrappers.chat.chosen_span`)."""
     return policy.tokenize(answer.opening + before), policy.tokenize(after + answer.stop) + (

@@ -41,7 +41,9 @@ def _assert_policy_logprobs(policy, traj):
         (expected,) = policy.score([traj.token_ids[:start]], [turn.token_ids])
         assert turn.logprobs == pytest.approx(expected, abs=1e-4)
         assert traj.behavior_logprobs[start:end] == turn.logprobs
-        assert traj.agent_mask[start:end] == [1] * (end - start)
+        # a constrained choice carries loss on the action's tokens alone, as a rollout's does; free text on it all
+        chosen = policy.tokenize(turn.action) if turn.constrained else turn.token_ids
+        assert [t for t, a in zip(turn.token_ids, traj.agent_mask[start:end]) if a] == chosen
         assert turn.logprob_context == "sequence"
         assert all(lp < 0 for lp in turn.logprobs)  # a random model's real scores, not placeholders
 
