@@ -53,11 +53,11 @@ docs: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(VENV)/.installed
-	$(BIN)/python benchmarks/envs.py
+	$(BIN)/python -m benchmarks.envs
 
 # The learning comparison (methods × envs × seeds at an equal budget), quick mode; reruns skip finished runs.
 bench-learning: $(VENV)/.installed
-	$(BIN)/python benchmarks/learning.py --mode quick --jobs 2
+	$(BIN)/python -m benchmarks.learning --mode quick --jobs 2
 
 clean:
 	rm -rf $(VENV)

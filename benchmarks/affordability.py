@@ -7,7 +7,7 @@ summed over every thread of the process, so a loaded machine slows the wall cloc
 their tasks from the first ``steps × tasks-per-step`` of the train split, each started once beforehand (TextWorld
 compiles a game into its cache the first time), and the first step of each run is left out (first allocations).
 
-Run: ``python benchmarks/affordability.py [--steps 3] [--tasks-per-step 2] [--group-size 8] [--variants ...]``.
+Run: ``python -m benchmarks.affordability [--steps 3] [--tasks-per-step 2] [--group-size 8] [--variants ...]``.
 Writes the ``affordability`` section of ``benchmarks/RESULTS.md`` and ``benchmarks/results/affordability.json``.
 
 The machine's limit is stated beside the levers: the update's effective FLOP/s (6 FLOPs per weight of every matmul
@@ -33,10 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _report import machine, machine_line, write_section
-from learning_study.grid import CPU_AUTOCAST, ENVS
+from benchmarks._report import machine, machine_line, write_section
+from benchmarks.learning_study.grid import CPU_AUTOCAST, ENVS
 
 #: name -> (what it changes, extra ``r3l train`` arguments, extra env kwargs); each row adds its lever to the one
 #: above. "before" is the learner as it was before the levers (TextWorld's title banner in every prompt).
@@ -327,7 +325,7 @@ def prefix_modes(args: argparse.Namespace, argv: list[str] | None) -> None:
     for row in rows:
         print(json.dumps(row), flush=True)
     loads.append(os.getloadavg()[0])
-    command = "python benchmarks/affordability.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.affordability " + " ".join(argv if argv is not None else sys.argv[1:])
     data = {"machine": facts, "command": command, "loads": loads, "env": args.env, "rows": rows}
     markdown = render_prefix(rows, facts, command.strip(), tuple(loads))
     write_section("affordability_prefix", markdown, data)
@@ -380,7 +378,7 @@ def main(argv: list[str] | None = None) -> None:
     limits["peak_flops_per_cpu_s"] = matmul_peak(dtype, args.threads, limits["n"])
     add_flops(rows, limits["flops_per_token"], limits["peak_flops_per_cpu_s"])
     loads.append(os.getloadavg()[0])
-    command = "python benchmarks/affordability.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.affordability " + " ".join(argv if argv is not None else sys.argv[1:])
     data = {
         "machine": facts,
         "command": command,

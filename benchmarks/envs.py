@@ -10,7 +10,7 @@ For every registered ``r3l/*`` env whose data is on this machine:
   of ``restore`` of a checkpoint taken at step k. Both are measured in the same run, so the ratio is robust
   to the noise of a shared machine; > 1 means restore is faster.
 
-Run: ``python benchmarks/envs.py [--envs r3l/Countdown-v0 ...] [--quick]``. Writes the ``envs`` section of
+Run: ``python -m benchmarks.envs [--envs r3l/Countdown-v0 ...] [--quick]``. Writes the ``envs`` section of
 ``benchmarks/RESULTS.md`` and ``benchmarks/results/envs.json``.
 """
 
@@ -18,19 +18,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _report import machine, machine_line, write_section
-
 import r3l_envs
+from benchmarks._report import machine, machine_line, write_section
 from r3l_envs.errors import DataNotFoundError
 
 # Episodes must be long enough to checkpoint at step 50: lift the envs' own episode limits where they have one.
@@ -163,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
             continue
         print(f"{env_id}: {rows[-1]['steps_per_s']:.0f} steps/s", flush=True)
     facts = machine()
-    command = "python benchmarks/envs.py" + (" --quick" if args.quick else "")
+    command = "python -m benchmarks.envs" + (" --quick" if args.quick else "")
     if args.envs:
         command += " --envs " + " ".join(args.envs)
     write_section(

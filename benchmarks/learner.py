@@ -16,7 +16,7 @@ target (agent turns are a minority of an agent trace; observations and prompts a
 The overhead ratio is ``r3l`` time / ``causal-lm`` time from the same run (target ≤ 1.10); memory is peak RSS
 (CPU) or peak allocated (CUDA). Timings are the median of ``--repeats`` updates after one warm-up update.
 
-Usage: ``python benchmarks/learner.py [--model smollm2-135m-instruct] [--batch 8] [--length 512] [--device cpu]``
+Usage: ``python -m benchmarks.learner [--model smollm2-135m-instruct] [--batch 8] [--length 512] [--device cpu]``
 """
 
 from __future__ import annotations
@@ -30,10 +30,8 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _report
+from benchmarks import _report
 
 logger = logging.getLogger("bench.learner")
 
@@ -142,7 +140,7 @@ def main() -> None:
             results.append({"config": name, "failed": reason, "load": os.getloadavg()[0]})
             logger.info("%s %s", name, reason)
             continue
-        cmd = [sys.executable, __file__, "--only", name] + [
+        cmd = [sys.executable, "-m", "benchmarks.learner", "--only", name] + [
             f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("only", "bf16_anyway")
         ]
         out = subprocess.run(cmd, capture_output=True, text=True, check=False)

@@ -1,14 +1,17 @@
 """Learning at an equal sampling budget: R³L vs GRPO, RAFT and OPMD, R³L's ablations, self vs oracle reflection.
 
 The command line of the package ``benchmarks/learning_study`` (one module per job: grid, scheduler, statistics,
-report; see its ``__init__``). ``python benchmarks/learning.py --help`` lists the options; ``make bench-learning``
+report; see its ``__init__``). ``python -m benchmarks.learning --help`` lists the options; ``make bench-learning``
 runs ``--mode quick --jobs 2``.
 """
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # learning_study and _report live beside this file
+# learning_study still imports _report and starts its run children (``-m learning_study.child``) as top-level
+# modules of this folder, so the folder goes on the path until the package imports ``benchmarks._report`` and
+# starts ``benchmarks.learning_study.child``.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from learning_study.cli import main
 

@@ -9,7 +9,7 @@ hits both alike: one Ray call per slot (``batch_calls=False``, the collector bef
 actor per round (``batch_calls=True``). Reported: calls per second, the wall time of a round (a training step has
 one round per turn), and the driver process's CPU seconds per round.
 
-Usage: ``python benchmarks/ray_dispatch.py [--nodes 8] [--slots 768] [--rounds 10]``; ``--out DIR`` writes the page
+Usage: ``python -m benchmarks.ray_dispatch [--nodes 8] [--slots 768] [--rounds 10]``; ``--out DIR`` writes the page
 and JSON elsewhere.
 """
 
@@ -21,10 +21,8 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _report
+from benchmarks import _report
 
 logger = logging.getLogger("bench.ray_dispatch")
 HOLDER = "r3l/Countdown-v0"  # the cheapest env to hold a slot (it is made once per slot and never stepped)
@@ -143,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     import ray
 
-    command = "python benchmarks/ray_dispatch.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.ray_dispatch " + " ".join(argv if argv is not None else sys.argv[1:])
     load_start = os.getloadavg()[0]
     results = measure(args)
     load = (load_start, os.getloadavg()[0])

@@ -16,7 +16,7 @@ at step k of a seeded random episode (instance A) is restored:
   ``gym.make``): the one-off engine and game loading a new worker pays.
 
 Every restore in B is checked to be native where the env declares ``native`` (a replay there would raise).
-Run: ``python benchmarks/restore.py [--envs r3l/ALFWorld-v0 ...] [--step 8] [--repeats 10]``. Writes the
+Run: ``python -m benchmarks.restore [--envs r3l/ALFWorld-v0 ...] [--step 8] [--repeats 10]``. Writes the
 ``restore`` section of ``benchmarks/RESULTS.md`` and ``benchmarks/results/restore.json``.
 """
 
@@ -35,11 +35,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _report import machine, machine_line, write_section
-
 import r3l_envs
+from benchmarks._report import machine, machine_line, write_section
 from r3l_envs.errors import DataNotFoundError
 
 # Small instances of each env; a large attempt budget keeps math episodes open for k wrong answers.
@@ -218,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
     load_after = os.getloadavg()
-    command = f"python benchmarks/restore.py --step {args.step} --repeats {args.repeats} --fresh {args.fresh}"
+    command = f"python -m benchmarks.restore --step {args.step} --repeats {args.repeats} --fresh {args.fresh}"
     if args.envs:
         command += " --envs " + " ".join(args.envs)
     note = (

@@ -24,7 +24,7 @@ last of its attempts, so the earlier ones are a shared prefix.
 With ``--model`` the embedded SmolLM2 (or any HF folder) plays the bases and retries instead (constrained
 choice among admissible actions where the env lists them), so the pivots are where that model left the plan.
 
-Usage: ``python benchmarks/retry.py [--tasks 8] [--sciworld] [--model smollm2-135m-instruct]``
+Usage: ``python -m benchmarks.retry [--tasks 8] [--sciworld] [--model smollm2-135m-instruct]``
 """
 
 from __future__ import annotations
@@ -36,14 +36,11 @@ import re
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import gymnasium as gym
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _report
-
 import r3l_envs
+from benchmarks import _report
 from r3l_learn.scripted import ScriptedPolicy
 from wrappers import AgentEpisode, OracleReflector, ReflectRetry, ReflectRetryConfig, RolloutConfig, play
 from wrappers.oracle import expert_plan
@@ -443,7 +440,7 @@ def main() -> None:
 
         model = HFPolicy.from_pretrained(args.model)
         args.concurrency = False
-    command = "python benchmarks/retry.py " + " ".join(sys.argv[1:])  # before an engine rewrites sys.argv
+    command = "python -m benchmarks.retry " + " ".join(sys.argv[1:])  # before an engine rewrites sys.argv
     load_start = os.getloadavg()[0]
     results = []
     for env_id in envs:

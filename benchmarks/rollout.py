@@ -11,7 +11,7 @@ Measures, for the embedded SmolLM2 (or ``--model``) on CPU, or a GPU with ``--de
   with the batch's common prompt prefix run once vs every prompt run whole (``PromptCache(0)``); runs alternate,
   medians reported, and both must play the same trajectories.
 
-Usage: ``python benchmarks/rollout.py [--model smollm2-135m-instruct] [--dtype bfloat16] [--device cpu]``
+Usage: ``python -m benchmarks.rollout [--model smollm2-135m-instruct] [--dtype bfloat16] [--device cpu]``
 """
 
 from __future__ import annotations
@@ -24,16 +24,13 @@ import sys
 import time
 from collections.abc import Iterator
 from importlib import metadata
-from pathlib import Path
 
 import gymnasium as gym
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _report
-from learning_study.grid import ENVS
-
 import r3l_envs  # noqa: F401  (registers the ids)
+from benchmarks import _report
+from benchmarks.learning_study.grid import ENVS
 from r3l_learn.config import action_flags
 from r3l_learn.hf_policy import HFPolicy, auto_dtype
 from r3l_learn.prompt_cache import PromptCache
@@ -265,7 +262,7 @@ def main() -> None:
             f"{'yes' if p['same_trajectories'] else 'NO'}",
         ),
     ]
-    command = "python benchmarks/rollout.py " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks.rollout " + " ".join(sys.argv[1:])
     md = "\n".join(
         [
             "## Rollout: overhead over bare generate, and batched rollout throughput",

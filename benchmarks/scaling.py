@@ -15,7 +15,7 @@ In one run, on one local Ray instance (loopback only):
 
 The page also works out, from these per-call costs, what 8 nodes and 96 tasks x 8 samples per step would need.
 
-Usage: ``python benchmarks/scaling.py [--workers 1 2 4] [--episodes 4] [--repeats 3] [--quick]``
+Usage: ``python -m benchmarks.scaling [--workers 1 2 4] [--episodes 4] [--repeats 3] [--quick]``
 """
 
 from __future__ import annotations
@@ -32,10 +32,7 @@ from pathlib import Path
 
 import gymnasium as gym
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _report
-import retry
-
+from benchmarks import _report, retry
 from wrappers import RolloutConfig
 from wrappers.envops import LocalCollector
 from wrappers.oracle import expert_plan
@@ -357,7 +354,7 @@ def main(argv: list[str] | None = None) -> dict:
     from wrappers.ray_collector import connect, require_ray
 
     ray = require_ray()
-    command = "python benchmarks/scaling.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.scaling " + " ".join(argv if argv is not None else sys.argv[1:])
     load_start = os.getloadavg()[0]
     started = connect("local", num_cpus=2)
     if __name__ != "__main__":  # the actors cannot import this file by name: send wait_call by value

@@ -15,7 +15,7 @@ gold path), because absolute times on shared machines are noisy:
 * the deterministic JVM (``-XX:hashCode=2``) vs the default one;
 * JVM start (process ready; engine classes loaded) and resident memory per env.
 
-Run: ``python benchmarks/sciworld.py`` (about 3–5 minutes).
+Run: ``python -m benchmarks.sciworld`` (about 3–5 minutes).
 """
 
 from __future__ import annotations
@@ -23,17 +23,14 @@ from __future__ import annotations
 import logging
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-# Not named scienceworld.py: the script's folder is first on sys.path and would shadow the engine's package.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _report
 import gymnasium as gym
 
 import r3l_envs
+
+# Not named scienceworld.py: the script's folder is first on sys.path and would shadow the engine's package.
+from benchmarks import _report
 
 TASK, VARIATION = "boil", 0
 TASK_ID = f"{TASK}/var{VARIATION}"

@@ -9,7 +9,7 @@ whichever thread the garbage collector happens to be on), and now and then run `
 fresh env. ``--parallel`` attempts run at once (processes); the driver counts their exit codes (-11 is
 SIGSEGV) and keeps the stderr of every failed attempt.
 
-Run: ``python benchmarks/stress_textworld.py --attempts 40 --parallel 2`` (writes the ``stress_textworld``
+Run: ``python -m benchmarks.stress_textworld --attempts 40 --parallel 2`` (writes the ``stress_textworld``
 section of ``benchmarks/RESULTS.md`` and ``benchmarks/results/stress_textworld.json`` unless ``--no-write``).
 ``--worker`` runs one attempt in this process (what the driver launches).
 """
@@ -94,7 +94,7 @@ def worker(threads: int, rounds: int, check_every: int, seed: int, copies: bool)
 
 # ---------------------------------------------------------------------- the driver
 def _attempt(i: int, args: argparse.Namespace) -> tuple[int | str, str]:
-    command = [sys.executable, "-X", "faulthandler", __file__, "--worker"]
+    command = [sys.executable, "-X", "faulthandler", "-m", "benchmarks.stress_textworld", "--worker"]
     command += ["--threads", str(args.threads), "--rounds", str(args.rounds), "--check-every", str(args.check_every)]
     command += ["--seed", str(args.seed + i)] + ([] if args.copies else ["--no-copies"])
     try:
@@ -141,8 +141,7 @@ def drive(args: argparse.Namespace) -> dict:
 
 
 def _write(result: dict) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _report import machine, machine_line, write_section
+    from benchmarks._report import machine, machine_line, write_section
 
     facts = machine()
     codes = ", ".join(f"{k}: {v}" for k, v in result["exit_codes"].items())

@@ -5,14 +5,14 @@ ALFWorld data. Measured:
 
 * ALFWorld steps/s with admissible actions: random admissible actions on a generated kitchen through
   ``gym.make`` (its TimeLimit of 50 steps, so resets are included), with our speed-ups and, as the baseline,
-  in a child process with ``R3L_ALFWORLD_SPEEDUPS=0`` (the engine as shipped);
+  in a child process with ``speedups.set_enabled(False)`` (the engine as shipped);
 * bit-identical traces: a random 6-task run (one task per task type, with a checkpoint, a divergence and a
   native restore in each) must give the same transcript digest with and without the speed-ups;
 * restore at step 20: native restore vs reset + verified replay of the 20 actions (ratio, target >= 10x);
 * TextWorld (cooking, level 1): steps/s with admissible actions, native restore ms (target <= 2 ms) and the
   same ratio against replay.
 
-Run: ``python benchmarks/textworld_alfworld.py``. Writes the ``textworld_alfworld`` section of RESULTS.md.
+Run: ``python -m benchmarks.textworld_alfworld``. Writes the ``textworld_alfworld`` section of RESULTS.md.
 """
 
 from __future__ import annotations
@@ -20,17 +20,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import random
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _report import machine, machine_line, write_section
+from benchmarks._report import machine, machine_line, write_section
 
 ALFWORLD = "r3l/ALFWorld-v0"
 TEXTWORLD = "r3l/TextWorld-v0"
@@ -81,11 +77,14 @@ def _digest_run(env, steps: int = 20) -> str:
     return digest.hexdigest()
 
 
-def alfworld_child(steps: int) -> None:
-    """Steps/s and the trace digest in this process (the parent sets R3L_ALFWORLD_SPEEDUPS)."""
+def alfworld_child(steps: int, speedups: bool) -> None:
+    """Steps/s and the trace digest in this process, with or without the speed-ups."""
     import gymnasium as gym
 
     import r3l_envs  # noqa: F401 - registers the ids
+    from r3l_envs.alfworld import speedups as alfworld_speedups
+
+    alfworld_speedups.set_enabled(speedups)
 
     env = gym.make(ALFWORLD, max_tasks=6)
     digest = _digest_run(env)
@@ -94,9 +93,9 @@ def alfworld_child(steps: int) -> None:
 
 
 def _in_child(speedups: bool, steps: int) -> dict:
-    env = {**os.environ, "R3L_ALFWORLD_SPEEDUPS": "1" if speedups else "0"}
-    cmd = [sys.executable, __file__, "--alfworld-child", str(steps)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    cmd = [sys.executable, "-m", "benchmarks.textworld_alfworld", "--alfworld-child", str(steps)]
+    cmd += [] if speedups else ["--no-speedups"]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -145,11 +144,12 @@ def _restore_vs_replay(env, task_id: str, at_step: int, repeats: int, replays: i
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--alfworld-child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--no-speedups", action="store_true", help=argparse.SUPPRESS)  # the child's baseline
     parser.add_argument("--steps", type=int, default=1000, help="ALFWorld steps timed with the speed-ups")
     parser.add_argument("--baseline-steps", type=int, default=60, help="ALFWorld steps timed without them")
     args = parser.parse_args()
     if args.alfworld_child is not None:
-        alfworld_child(args.alfworld_child)
+        alfworld_child(args.alfworld_child, speedups=not args.no_speedups)
         return
 
     import gymnasium as gym
@@ -191,7 +191,7 @@ def main() -> None:
             f"{fast['steps_per_s']:.0f}",
             ">= 200",
         ),
-        ("same, engine as shipped (`R3L_ALFWORLD_SPEEDUPS=0`, same run)", f"{slow['steps_per_s']:.1f}", ""),
+        ("same, engine as shipped (speed-ups off, same run)", f"{slow['steps_per_s']:.1f}", ""),
         ("speed-up", f"{a['speedup_ratio']:.0f}x", ""),
         (
             "6-task transcript digest (with native restores), with vs without speed-ups",

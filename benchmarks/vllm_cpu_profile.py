@@ -18,7 +18,7 @@ tokens of each prompt's first scored candidate (which only an earlier turn can h
 candidates, how many the cache served, the most it could serve (the longest prefix a first candidate shares with
 a sequence an earlier turn decoded, in whole KV blocks), and the turn's seconds with the cache read and skipped.
 
-Usage: ``.venv-vllm/bin/python benchmarks/vllm_cpu_profile.py [--batches 8 32] [--new-tokens 48]
+Usage: ``.venv-vllm/bin/python -m benchmarks.vllm_cpu_profile [--batches 8 32] [--new-tokens 48]
 [--constrained-turns 4]``
 """
 
@@ -27,19 +27,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import time
 from dataclasses import replace
 from importlib import metadata
-from pathlib import Path
 
 import gymnasium as gym
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _report
-from vllm_cpu import start_backends
-
 import r3l_envs  # noqa: F401  (registers the ids)
+from benchmarks import _report
+from benchmarks.vllm_cpu import start_backends
 from r3l_learn.device import cpu_kind
 from wrappers import RolloutConfig, SamplingParams, rollout_batch
 
@@ -134,7 +130,7 @@ def _common(a: tuple, b: tuple) -> int:
 def prefix_cache_by_turn(engine, batch: int, turns: int, seed: int, read: bool) -> list[dict]:
     """One constrained group of the study's TextWorld setting on ``engine``; per turn the cache counts (see the
     module docstring). The cache is emptied first, as after a training step's weight push."""
-    from learning_study.grid import ENVS
+    from benchmarks.learning_study.grid import ENVS
 
     setting = ENVS["textworld"]
     recorder = ScoreRecorder(engine)
@@ -200,7 +196,7 @@ def write_constrained(args, found, dtype, load_before, load_after) -> None:
         _report.machine_line(),
         "",
         f"CPU: {cpu_kind()}; dtype {dtype}; vllm-cpu {metadata.version('vllm-cpu')}, KV blocks of 32 tokens. "
-        f"Command: `.venv-vllm/bin/python benchmarks/vllm_cpu_profile.py --batches "
+        f"Command: `.venv-vllm/bin/python -m benchmarks.vllm_cpu_profile --batches "
         f"{' '.join(map(str, args.batches))} --constrained-turns {args.constrained_turns}`. Load average "
         f"(1/5/15 min) before: {next(loads)}, after: {next(loads)}.",
         "",
@@ -313,7 +309,7 @@ def write(args, rows, dtype, load_before, load_after) -> None:
         _report.machine_line(),
         "",
         f"CPU: {cpu_kind()}; dtype {dtype} for both; vllm-cpu {metadata.version('vllm-cpu')}. Command: "
-        f"`.venv-vllm/bin/python benchmarks/vllm_cpu_profile.py --batches {' '.join(map(str, args.batches))} "
+        f"`.venv-vllm/bin/python -m benchmarks.vllm_cpu_profile --batches {' '.join(map(str, args.batches))} "
         f"--new-tokens {args.new_tokens}`. Load average (1/5/15 min) before: {next(loads)}, after: {next(loads)}.",
         "",
         "One free-text Countdown group (one turn of up to "

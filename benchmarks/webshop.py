@@ -8,7 +8,7 @@ On a generated catalogue (default 100k products, built into a fresh temporary ca
 * memory — RSS and PSS of a process holding 1 vs 32 envs (each reset and stepped), and of 4 processes
   holding 8 envs each; PSS splits the shared catalogue pages among the processes that map them.
 
-Run: ``python benchmarks/webshop.py [--products 100000]``. Writes the ``webshop`` section of RESULTS.md.
+Run: ``python -m benchmarks.webshop [--products 100000]``. Writes the ``webshop`` section of RESULTS.md.
 """
 
 from __future__ import annotations
@@ -25,9 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _report import machine, machine_line, write_section
+from benchmarks._report import machine, machine_line, write_section
 
 
 def _memory_kib() -> dict[str, int]:
@@ -63,7 +61,7 @@ def child(num_products: int, envs: int) -> None:
 
 
 def _spawn(num_products: int, envs: int, count: int) -> list[dict]:
-    cmd = [sys.executable, __file__, "--child", str(envs), "--products", str(num_products)]
+    cmd = [sys.executable, "-m", "benchmarks.webshop", "--child", str(envs), "--products", str(num_products)]
     procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(count)]
     out = [json.loads(p.stdout.readline()) for p in procs]
     for p in procs:

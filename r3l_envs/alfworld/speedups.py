@@ -5,7 +5,8 @@
    parse takes one lock (always, even with the speed-ups off), so envs may run in threads, one per env.
 
 Every one of them returns exactly what the code it wraps would return; transcripts with and without them are
-compared in the tests and the benchmark (``R3L_ALFWORLD_SPEEDUPS=0`` or :func:`disabled` turns them off).
+compared in the tests and the benchmark. They are on by default; :func:`set_enabled` switches them for the
+process (``set_enabled(False)``: the engine as shipped, for a baseline), :func:`disabled` for one block.
 
 1. Grammar parsing. TextWorld's PDDL env re-parses the same grammar templates with tatsu for every command
    of every step. The parsers are pure functions of their text, so their results are cached (the parsed
@@ -36,19 +37,18 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import os
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["disabled", "enabled", "facts_changed", "install"]
+__all__ = ["disabled", "enabled", "facts_changed", "install", "set_enabled"]
 
 _lock = threading.Lock()
 _translating = threading.Lock()
 _installed = False
-_active = os.environ.get("R3L_ALFWORLD_SPEEDUPS", "1") != "0"
+_active = True  # set_enabled() / disabled() switch it; the parser lock holds either way
 
 _DERIVATIONS_PER_KEY = 16  # variants kept per (start symbol, mapping): states differ in what a text reads
 _SAS_CACHE_SIZE = 12  # translations kept (two per game): ~1.5 MB each for a kitchen
@@ -59,6 +59,16 @@ _EMPTY: frozenset = frozenset()
 def enabled() -> bool:
     """Whether the speed-ups are in effect now."""
     return _active
+
+
+def set_enabled(on: bool) -> None:
+    """Switch the speed-ups on or off for every ALFWorld env in this process (on by default).
+
+    Off runs the engine as shipped, e.g. for a speed baseline; transcripts are the same either way. The
+    switch is process-wide because the speed-ups wrap TextWorld's module-level functions; the parser lock
+    (item 0) stays on, since envs in threads need it. Set it before envs run, not while they step."""
+    global _active
+    _active = bool(on)
 
 
 @contextlib.contextmanager
