@@ -2,10 +2,10 @@
 
 What differs from upstream's Python ``ScienceWorldEnv``, and why:
 
-* **Fast steps.** Upstream's ``step()`` enumerates every valid action-object combination on every step (about
-  120 ms in a furnished room: 8–26 steps/s). We play the engine's own step directly (about 6 ms warm, through a
-  small compiled helper that also skips upstream's run history and debug output; see
-  :mod:`~r3l_envs.scienceworld.jvm`) and compute the valid actions only when asked: ``admissible_actions=True``
+* **Fast steps.** Upstream's ``step()`` enumerates every valid action-object combination on every step, most of
+  its step time in a furnished room. We play the engine's own step directly (through a small compiled helper that
+  also skips upstream's run history and debug output; see :mod:`~r3l_envs.scienceworld.jvm`; steps/s of both in
+  ``benchmarks/RESULTS.md``) and compute the valid actions only when asked: ``admissible_actions=True``
   fills ``info["admissible_actions"]`` on every step at that cost; otherwise it is ``None`` and
   :meth:`ScienceWorldEnv.admissible_actions` computes it once.
 * **Reward.** ``reward`` is the increase of the engine's cumulative score / 100, so an episode's rewards sum to

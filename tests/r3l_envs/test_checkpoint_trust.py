@@ -1,6 +1,6 @@
 """Checkpoint bytes from anywhere: restoring never executes them, and every malformed body is a typed error.
 
-Issue 16, item 6: ``Checkpoint.from_bytes`` was a pickle, so a forged body reached the unpickler; garbage gave an
+Checkpoint bytes were once a pickle, so a forged body reached the unpickler; garbage gave an
 untyped ``KeyError``; an altered payload was accepted and changed the state.
 """
 
@@ -50,7 +50,7 @@ def state_of(env):
 
 
 def old_format_bytes(ckpt):
-    """What format 1 (r3l before issue 16) wrote for ``ckpt``: a pickle whose payload is a pickle."""
+    """What format 1 (the pickled format) wrote for ``ckpt``: a pickle whose payload is a pickle."""
     fields = {k: v for k, v in ckpt.__dict__.items() if k not in ("digest", "authenticated")}
     fields["format_version"] = 1
     fields["payload"] = pickle.dumps(codec.decode(ckpt.payload))

@@ -1,4 +1,4 @@
-"""Native restores into any instance of the same env id and kwargs (issue 17 item 5).
+"""Native restores into any instance of the same env id and kwargs.
 
 A retry may run on another env instance than its base (another thread's env, another Ray worker). For each
 env that declares ``restore_kind = "native"``, a checkpoint taken in instance A restores into a fresh instance

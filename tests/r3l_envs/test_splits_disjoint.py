@@ -1,4 +1,5 @@
-"""Held-out tasks never equal training tasks in what the agent sees (issue 15, item 1).
+"""Held-out tasks never equal training tasks in what the agent sees (a test task the agent could have trained on
+would measure memory, not skill).
 
 Each generated env's test split is checked against its train split by content key, on a sizeable sample.
 The shared rule (:mod:`r3l_envs.splits`) is tested on its own first.
