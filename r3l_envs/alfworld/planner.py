@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from r3l_envs.alfworld.snapshot import unpack_proposition
+
 __all__ = ["rebase", "task_at"]
 
 _CACHED_TASKS = 12  # parsed tasks kept (one per game in play; the translations are cached the same way)
@@ -72,9 +74,7 @@ def rebase(pddl: Any, saved: dict[str, Any]) -> int:
     Raises:
         ValueError: the snapshot's facts are no state of this game (nothing was changed).
     """
-    from r3l_envs.alfworld.snapshot import _unpack_proposition
-
-    props = (_unpack_proposition(p) for found in dict(saved["facts"]).values() for p in found)
+    props = (unpack_proposition(p) for found in dict(saved["facts"]).values() for p in found)
     task = task_at(pddl._pddl_state.sas, ((p.name, tuple(v.name for v in p.arguments)) for p in props))
     lib = pddl.downward_lib
     lib.load_sas(task.encode("utf-8"))

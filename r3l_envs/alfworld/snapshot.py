@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["load", "save"]
+__all__ = ["load", "save", "unpack_proposition"]
 
 # GameState keys that are views of the engine's own data: rebuilt on load rather than saved.
 _VIEWS = frozenset({"_entity_infos", "_facts", "_last_action", "facts", "_valid_actions"})
@@ -56,7 +56,7 @@ def load(pddl: Any, saved: dict[str, Any]) -> None:
     state = pddl._pddl_state
     state._facts.clear()
     for sig, props in saved["facts"].items():
-        state._facts[_unpack_signature(sig)] = {_unpack_proposition(p) for p in props}
+        state._facts[_unpack_signature(sig)] = {unpack_proposition(p) for p in props}
     state._vars_by_name = {name: _unpack_variable(var) for name, var in saved["vars_by_name"].items()}
     state._vars_by_type.clear()
     for name, found in saved["vars_by_type"].items():
@@ -141,7 +141,8 @@ def _pack_proposition(prop: Any) -> str:
     return _pack("f", prop.name, *[part for var in prop.arguments for part in (var.name, var.type)])
 
 
-def _unpack_proposition(packed: str) -> Any:
+def unpack_proposition(packed: str) -> Any:
+    """The TextWorld ``Proposition`` that a snapshot stores as ``packed`` (the planner reads snapshots too)."""
     from textworld.logic import Proposition, Variable
 
     def build() -> Any:
