@@ -54,6 +54,8 @@ ENV_ID = "r3ltest/GoldenCorridor-v0"
 RUNS = {"r3l": {"algo": "r3l", "reflector": "oracle"}, "grpo": {"algo": "grpo"}}
 EXACT = "#exact"  # suffix of the parts compared only on the machine the file was made on
 
+pytestmark = pytest.mark.slow  # two tiny training steps: ~10 s of CPU
+
 
 class GoldenCorridor(Corridor):
     """The test corridor with an expert plan (always walk right), so the oracle reflector can diagnose it."""
