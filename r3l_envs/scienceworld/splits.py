@@ -8,8 +8,8 @@ Splits:
 * ``"train"``, ``"dev"`` (alias ``"valid"``), ``"test"``: ScienceWorld's own variation split of every task
   (50 % / 25 % / 25 % of each task's variations, in order). :func:`variation_split` mirrors
   ``PythonInterface.getSets`` of the engine; a test checks it against the engine.
-* ``"r3l_train"`` / ``"r3l_test"``: the task-type split of the R³L paper: 17 task types for training, the
-  other 13 held out, each with the first half of its variations (as the R³L data script does).
+* ``"r3l_train"`` / ``"r3l_test"``: the task-type split of the R³L paper (arXiv 2601.03715): 17 task types for
+  training, the other 13 held out, each with the first half of its variations (as the R³L data script does).
 * ``"all"``: every variation of every selected task.
 """
 
