@@ -228,6 +228,14 @@ def report(out: Path, before: EvalSummary | None, after: EvalSummary | None) -> 
         "eval/first_attempt_success",
     ]
     lines = summary_lines(records, keys)
+    steps = [r for r in records if "update/skipped_no_contrast" in r]
+    if steps:  # a step without contrast does not step the optimiser (r3l_learn.update): say how many there were
+        idle = sum(bool(r["update/skipped_no_contrast"]) for r in steps)
+        bad = sum(bool(r.get("skipped")) for r in steps)
+        lines.append(
+            f"optimiser steps: {len(steps) - idle - bad} of {len(steps)} ({idle} without contrast, {bad} non-finite: "
+            "not stepped)"
+        )
     plots = plot_metrics(records, out / "plots")
     text = "\n".join(lines)
     if before and after:

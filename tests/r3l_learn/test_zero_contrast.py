@@ -159,6 +159,8 @@ def test_a_run_without_contrast_never_steps_and_logs_each_skipped_step(tmp_path)
     assert all(not r["skipped"] and r["loss/total"] is None and r["update/optimizer_steps"] == 0 for r in records)
     state = load_checkpoint(latest_checkpoint(f"{config.out_dir}/checkpoints"))
     assert state["step"] == 2 and state["cursor"] == 4 and state["optimizer"]["state"] == {}
+    summary = (tmp_path / "run" / "summary.txt").read_text()
+    assert "optimiser steps: 0 of 2 (2 without contrast, 0 non-finite: not stepped)" in summary
     initial, _ = tiny_model(seed=config.seed)  # what load_policy("tiny-random") builds
     for name, value in state["model"].items():
         torch.testing.assert_close(value, dict(initial.named_parameters())[name].detach(), rtol=0, atol=0)
