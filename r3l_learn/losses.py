@@ -54,8 +54,9 @@ class ObjectiveProperties:
     Attributes:
         uses_ratio: it reads ``old_logprobs`` (an importance ratio to the sampling policy), so it receives them.
         needs_reference: it reads ``ref_logprobs``, so the learner keeps a reference policy and passes them.
-        skip_zero_advantage: a row whose advantage is 0 adds nothing to its loss or gradient, so the learner may
-            skip such rows (it still counts them in the denominators, and keeps them when a KL term is on).
+        skip_zero_advantage: a row whose advantage is 0 adds nothing to its loss or gradient, so it carries no
+            signal: the learner leaves it out of every term, KL included, and counts it in the denominators only
+            (:mod:`r3l_learn.update`).
     """
 
     uses_ratio: bool = False

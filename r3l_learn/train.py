@@ -29,7 +29,7 @@ import torch
 
 from r3l_learn.algorithms import Algorithm
 from r3l_learn.backends import resolve_rollout_backend
-from r3l_learn.batch import Row, rows_from_groups
+from r3l_learn.batch import Row, cut_replies, rows_from_groups
 from r3l_learn.checkpoints import ResumeError, latest_checkpoint, rng_state, save_checkpoint
 from r3l_learn.collect import GroupBuilder, collect_with_contrast, make_group_builder
 from r3l_learn.config import RESUMABLE_CHANGES, TrainConfig, config_from_dict
@@ -189,6 +189,7 @@ def _build(config: TrainConfig) -> _Run:
         hyper,
         aux_weight=config.aux_weight,
         aggregation=config.aggregation,
+        max_tokens=config.max_new_tokens,
         aux_mean=config.aux_mean,
         kl_estimator=config.kl_estimator,
         prefix_levels=None if config.shared_prefix_tree else 1,
@@ -394,7 +395,7 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
     else:
         groups = collected = run.builder.collect(run.stream.take(config.tasks_per_step), seed=seed)
     t1, c1 = time.perf_counter(), time.process_time()
-    rows = rows_from_groups(groups, run.algo, hyper=run.hyper)
+    rows = rows_from_groups(groups, run.algo, hyper=run.hyper, mask_truncated=run.config.mask_truncated)
     with interrupts.critical():  # a Ctrl-C here waits until the step is applied and logged
         run.doing, run.backwards, run.rows = "updating", 0, len(rows)
         result = _update(run, rows)
@@ -458,7 +459,7 @@ def _with_signal(run: _Run, groups: list[TrajectoryGroup]) -> list[bool]:
     """For each of ``groups``, whether its rows would carry signal (:func:`r3l_learn.update.signal_rows`): the
     contrast dynamic sampling asks of a group. Advantages are taken within each group, so judging the groups
     together gives each the advantages it has in the step's batch."""
-    rows = rows_from_groups(groups, run.algo, hyper=run.hyper)
+    rows = rows_from_groups(groups, run.algo, hyper=run.hyper, mask_truncated=run.config.mask_truncated)
     found = {r.group for r in signal_rows(rows, run.loss)}
     return [g in found for g in range(len(groups))]
 
@@ -578,6 +579,7 @@ def _step_metrics(
         "train/base_success": statistics.fmean(t.won for t in bases) if bases else None,
         "train/trajectories": len(trajs),
         "train/aux_samples": sum(len(g.samples) for g in groups),
+        "rollout/cut_replies": cut_replies(groups),
         "train/target_tokens": upd.target_tokens,
         "loss/total": upd.loss if ok else None,
         "loss/policy": upd.policy_loss if ok else None,

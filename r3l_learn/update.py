@@ -95,6 +95,7 @@ class LossConfig:
     chunk_size: int = 1024  # LM-head positions per chunk (see r3l_learn.logprobs)
     min_shared_prefix: int = MIN_SHARED_PREFIX  # a span rows share runs once from this length (0: never)
     prefix_levels: int | None = None  # how deep shared spans nest (None: fully; 1: a micro-batch's common prefix)
+    max_tokens: int | None = None  # token_sum's constant denominator per sequence (Dr. GRPO): the reply cap
 
     def __post_init__(self) -> None:
         declared = OBJECTIVES.spec(self.objective).hyper  # an unknown objective fails here, naming the known
@@ -103,6 +104,8 @@ class LossConfig:
             raise ValueError(f"objective {self.objective!r} has no hyperparameter {unknown}; it declares {declared}")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"unknown aggregation {self.aggregation!r}; choose one of {AGGREGATIONS}")
+        if self.aggregation == "token_sum" and not (self.max_tokens or 0) > 0:
+            raise ValueError(f"aggregation token_sum divides by a constant: set max_tokens > 0, got {self.max_tokens}")
         if self.aux_mean not in AUX_MEANS:
             raise ValueError(f"unknown aux_mean {self.aux_mean!r}; choose one of {AUX_MEANS}")
         if self.kl_estimator not in KL_ESTIMATORS:
@@ -158,7 +161,7 @@ class _Totals:
             policy = aux = (policy[0] + aux[0], policy[1] + aux[1])
 
         def totals(pair: tuple[float, float]) -> dict[str, float]:
-            return {"total_tokens": pair[0], "total_sequences": pair[1]}
+            return {"total_tokens": pair[0], "total_sequences": pair[1], "max_tokens": config.max_tokens}
 
         return totals(policy), totals(aux)
 

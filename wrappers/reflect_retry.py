@@ -327,6 +327,12 @@ class ReflectRetry:
         mask = list(seq.agent_mask)
         for start, end in seq.spans[:p]:  # the prefix is context, not target (pivotal credit)
             mask[start:end] = [0] * (end - start)
+        cut = [0] * len(mask)  # the target replies cut at the token cap, for a learner that leaves them out
+        for turn, (start, end) in list(zip(retry.turns, seq.spans))[p:]:
+            if turn.reply_cut:
+                cut[start:end] = seq.agent_mask[start:end]
+        if any(cut):
+            meta["cut_mask"] = cut
         return Sample(
             kind="guided_retry", token_ids=seq.token_ids, loss_mask=mask, messages=seq.messages, metadata=meta
         )

@@ -37,6 +37,8 @@ def test_every_algorithm_reads_what_its_parts_declare():
         "grpo": {"eps": 1e-6, "clip": 0.2},
         "opmd": {},
         "raft": {"threshold": 1.0},
+        "grpo_no_kl": {"eps": 1e-6, "clip": 0.2},
+        "dr_grpo": {"clip": 0.2},
     }
     grpo = ALGORITHMS["grpo"]
     assert grpo.advantage_kwargs(grpo.resolve_hyper({"eps": 0})) == {"eps": 0.0}

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-import r3l_learn.train as train_module
+import r3l_learn.update as update_module
 from r3l_learn.checkpoints import latest_checkpoint, load_checkpoint
 from r3l_learn.cli import main
 from r3l_learn.metrics import read_metrics
@@ -46,16 +46,19 @@ def _weights(out_dir):
 
 @pytest.mark.parametrize("algo", ["r3l", "grpo"])
 def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, algo):
-    straight = _config(tmp_path / "a", algo=algo, steps=3)
+    short = {"env_kwargs": {"length": 3}, "max_turns": 8, "tasks_per_step": 2}  # groups with contrast: it trains
+    straight = _config(tmp_path / "a", algo=algo, steps=3, **short)
     train(straight)
-    first = _config(tmp_path / "b", algo=algo, steps=1)
+    first = _config(tmp_path / "b", algo=algo, steps=1, **short)
     train(first)
-    resumed = train(_config(tmp_path / "b", algo=algo, steps=3), resume=True)
+    resumed = train(_config(tmp_path / "b", algo=algo, steps=3, **short), resume=True)
     assert resumed.steps_done == 3
     a, b = _weights(straight.out_dir), _weights(first.out_dir)
     assert a.keys() == b.keys()
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0)
+    initial = dict(tiny_model(seed=straight.seed)[0].named_parameters())
+    assert any(not torch.equal(a[name], initial[name].detach()) for name in a)  # it did train
     steps = [r["step"] for r in read_metrics(f"{first.out_dir}/metrics.jsonl") if "train/reward" in r]
     assert steps == [1, 2, 3]
 
@@ -101,7 +104,7 @@ def test_resuming_a_finished_run_says_so_and_reuses_its_final_eval(tmp_path, cap
 
 
 def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, monkeypatch):
-    real = train_module.accumulate_gradients
+    real = update_module.accumulate_gradients
 
     def poisoned(model, *args, **kwargs):
         stats = real(model, *args, **kwargs)
@@ -109,8 +112,11 @@ def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, monkeypatch):
         first.grad = torch.full_like(first, float("nan"))
         return stats
 
-    monkeypatch.setattr(train_module, "accumulate_gradients", poisoned)
-    config = _config(tmp_path, steps=5, max_bad_steps=3, weight_decay=0.0)
+    monkeypatch.setattr(update_module, "accumulate_gradients", poisoned)
+    # a corridor short enough that the tiny model's groups have contrast, so every step computes an update
+    config = _config(
+        tmp_path, steps=5, max_bad_steps=3, weight_decay=0.0, env_kwargs={"length": 3}, max_turns=8, tasks_per_step=2
+    )
     with pytest.raises(TrainingDivergedError, match="3 consecutive"):
         train(config)
     records = read_metrics(f"{config.out_dir}/metrics.jsonl")
