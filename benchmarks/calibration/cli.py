@@ -1,4 +1,5 @@
-"""``python -m benchmarks.calibration run|choose``: measure configurations, and mark the one chosen per env.
+"""``python -m benchmarks.calibration run|choose|table``: measure configurations, mark the one chosen per env, and
+print them all as a table.
 
 ``run`` measures every combination of the ``--turns``, ``--temperature`` and ``--oracle-plan`` values given (the
 model is loaded once) and writes one JSON per combination; a configuration whose JSON exists is skipped unless
@@ -62,7 +63,11 @@ def machine() -> dict[str, Any]:
 
 def baselines(config: CalibrationConfig, results: Path, *, force: bool, progress: bool) -> dict[str, Any]:
     """Random admissible success, the train plans' best fixed sequence and the distinct test tasks (cached)."""
-    path = results / "baselines" / f"{config.env_key()}__t{config.max_turns}_n{config.episodes}_s{config.seed}.json"
+    name = (
+        f"{config.env_key()}__t{config.max_turns}_n{config.episodes}_r{config.random_per_task}"
+        f"_p{config.train_plans}_s{config.seed}"
+    )
+    path = results / "baselines" / f"{name}.json"
     if path.is_file() and not force:
         return json.loads(path.read_text())
     start = time.perf_counter()
@@ -242,6 +247,29 @@ def _choose(args: argparse.Namespace) -> int:
     return 0
 
 
+def _table(args: argparse.Namespace) -> int:
+    """A markdown table of every measured configuration (the chosen ones marked)."""
+    chosen_path = args.results / "chosen.json"
+    chosen = json.loads(chosen_path.read_text()) if chosen_path.is_file() else {}
+    marks = {c["key"]: env for env, c in chosen.items()}
+    print("| configuration | base | oracle retry (failed bases) | best fixed sequence | random | episodes | tasks |")
+    print("|---|---|---|---|---|---|---|")
+    for path in sorted(args.results.glob("*.json")):
+        if path.name == "chosen.json":
+            continue
+        r = json.loads(path.read_text())
+        m = r["details"]["model"]
+        retry = f"{r['retry_success']:.1%}" if r["retry_success"] is not None else "n/a"
+        retry += f" ({m['retry_wins']}/{m['failed_bases']})"
+        mark = f" **chosen: {marks[r['key']]}**" if r["key"] in marks else ""
+        print(
+            f"| {r['key']}{mark} | {r['base_success']:.1%} ({m['base_wins']}/{m['bases']}) | {retry} "
+            f"| {r['fixed_habit_success']:.1%} | {r['random_success']:.1%} | {r['episodes']} "
+            f"| {r['distinct_test_tasks']} |"
+        )
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.calibration", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -268,6 +296,9 @@ def parser() -> argparse.ArgumentParser:
     choose.add_argument("--why", default="", help="why this one (e.g. the only one in range, or the closest)")
     choose.add_argument("--results", type=Path, default=RESULTS_DIR)
     choose.set_defaults(func=_choose)
+    table = sub.add_parser("table", help="print a markdown table of every measured configuration")
+    table.add_argument("--results", type=Path, default=RESULTS_DIR)
+    table.set_defaults(func=_table)
     return p
 
 
