@@ -148,7 +148,7 @@ class Algorithm:
         configured rather than after its first collection."""
         props = OBJECTIVES.spec(self.objective).properties
         logp = torch.full((2, 1), -1.0)
-        extra = {"old_logprobs": logp if props.uses_ratio else None}
+        extra = {"behavior_logprobs": logp if props.uses_ratio else None}
         if props.needs_reference:
             extra["ref_logprobs"] = logp
         try:

@@ -27,7 +27,7 @@ class Row:
         token_ids: the whole sequence (prompt, observations and generated turns).
         loss_mask: 1 on the tokens this row trains: the trajectory's ``loss_mask`` (its agent tokens after
             pivotal credit, where the group builder applied it), or a sample's target tokens.
-        old_logprobs: the trajectory's ``behavior_logprobs`` aligned with ``token_ids`` (0.0 off the agent tokens;
+        behavior_logprobs: the trajectory's ``behavior_logprobs`` aligned with ``token_ids`` (0.0 off the agent tokens;
             under the guided context on a retry's guided turns, see ``wrappers.data``); 0.0 for samples.
         advantage: the trajectory's advantage (1.0 for auxiliary samples, which are plain SFT targets).
         aux: an auxiliary sample (R³L's ``reflection`` / ``guided_retry``), trained by the SFT term.
@@ -37,7 +37,7 @@ class Row:
 
     token_ids: list[int]
     loss_mask: list[int]
-    old_logprobs: list[float]
+    behavior_logprobs: list[float]
     advantage: float
     aux: bool = False
     kind: str = "base"
@@ -89,10 +89,10 @@ def rows_from_groups(
                     f"trajectory {traj.id}: {len(cut)} cut-reply masks for {len(sequences)} training sequences"
                 )
             for seq, cut_mask in zip(sequences, cut):
-                ids, mask, old = list(seq.token_ids), list(seq.loss_mask), list(seq.behavior_logprobs)
+                ids, mask, behavior = list(seq.token_ids), list(seq.loss_mask), list(seq.behavior_logprobs)
                 if cut_mask is not None:
                     mask = _without(mask, cut_mask, f"trajectory {traj.id}")
-                rows.append(Row(ids, mask, old, float(adv[k]), kind=traj.kind, group=g))
+                rows.append(Row(ids, mask, behavior, float(adv[k]), kind=traj.kind, group=g))
             k += 1
     if algorithm.aux_samples:
         for g, group in enumerate(groups):
@@ -124,7 +124,7 @@ class Batch:
     input_ids: torch.Tensor  # (B, T) long
     attention_mask: torch.Tensor  # (B, T) long
     loss_mask: torch.Tensor  # (B, T) float
-    old_logprobs: torch.Tensor  # (B, T) float
+    behavior_logprobs: torch.Tensor  # (B, T) float
     advantages: torch.Tensor  # (B,) float
     aux: torch.Tensor  # (B,) bool
 
@@ -141,21 +141,21 @@ def collate(rows: Sequence[Row], pad_id: int) -> Batch:
     ids = torch.full((n, width), pad_id, dtype=torch.long)
     attn = torch.zeros((n, width), dtype=torch.long)
     mask = torch.zeros((n, width))
-    old = torch.zeros((n, width))
+    behavior = torch.zeros((n, width))
     for i, r in enumerate(rows):
-        if not (len(r.token_ids) == len(r.loss_mask) == len(r.old_logprobs)):
+        if not (len(r.token_ids) == len(r.loss_mask) == len(r.behavior_logprobs)):
             raise ValueError(
                 f"row {i} ({r.kind}): {len(r.token_ids)} tokens, {len(r.loss_mask)} mask entries and "
-                f"{len(r.old_logprobs)} log-probs; they must be aligned"
+                f"{len(r.behavior_logprobs)} log-probs; they must be aligned"
             )
         k = len(r.token_ids)
         ids[i, :k] = torch.tensor(r.token_ids)
         attn[i, :k] = 1
         mask[i, :k] = torch.tensor(r.loss_mask, dtype=torch.float32)
-        old[i, :k] = torch.tensor(r.old_logprobs, dtype=torch.float32)
+        behavior[i, :k] = torch.tensor(r.behavior_logprobs, dtype=torch.float32)
     adv = torch.tensor([r.advantage for r in rows], dtype=torch.float32)
     aux = torch.tensor([r.aux for r in rows])
-    return Batch(ids, attn, mask, old, adv, aux)
+    return Batch(ids, attn, mask, behavior, adv, aux)
 
 
 def micro_batches(rows: Sequence[Row], size: int) -> list[list[Row]]:

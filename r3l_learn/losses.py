@@ -5,11 +5,11 @@ masks or batch shape beyond broadcasting. Aggregation (token-mean, sequence-mean
 constant) is a separate choice, so "PPO-clip, sequence-mean" and "REINFORCE, token-mean" are two picks, not two
 losses.
 
-Every objective has the signature ``fn(logprobs, *, advantages, old_logprobs, <hyperparameters>) -> loss``:
+Every objective has the signature ``fn(logprobs, *, advantages, behavior_logprobs, <hyperparameters>) -> loss``:
 
 - ``logprobs``: ``(B, T)`` log π_θ(y_t | context), with gradient;
 - ``advantages``: ``(B,)`` per sequence (broadcast over tokens) or ``(B, T)`` per token;
-- ``old_logprobs``: ``(B, T)`` log-probs of the policy that sampled the tokens; the learner passes them only to
+- ``behavior_logprobs``: ``(B, T)`` log-probs of the policy that sampled the tokens; the learner passes them only to
   an objective registered with ``uses_ratio=True`` (``None`` otherwise);
 - ``ref_logprobs``: ``(B, T)`` log-probs of the reference (initial) policy, passed only to an objective
   registered with ``needs_reference=True``, which must take this keyword;
@@ -52,7 +52,7 @@ class ObjectiveProperties:
     """What the learner must know about an objective (declared at registration).
 
     Attributes:
-        uses_ratio: it reads ``old_logprobs`` (an importance ratio to the sampling policy), so it receives them.
+        uses_ratio: it reads ``behavior_logprobs`` (an importance ratio to the sampling policy), so it receives them.
         needs_reference: it reads ``ref_logprobs``, so the learner keeps a reference policy and passes them.
         skip_zero_advantage: a row whose advantage is 0 adds nothing to its loss or gradient, so it carries no
             signal: the learner leaves it out of every term, KL included, and counts it in the denominators only
@@ -65,7 +65,9 @@ class ObjectiveProperties:
 
 
 #: name -> per-token objective
-OBJECTIVES = Registry("objective", ObjectiveProperties, data_keywords=("advantages", "old_logprobs", "ref_logprobs"))
+OBJECTIVES = Registry(
+    "objective", ObjectiveProperties, data_keywords=("advantages", "behavior_logprobs", "ref_logprobs")
+)
 get_objective = OBJECTIVES.get_fn
 
 
@@ -76,7 +78,7 @@ def register_objective(name: str, **properties: Any) -> Callable[[F], F]:
 
     def checked(fn: F) -> F:
         params = inspect.signature(fn).parameters
-        for flag, keyword in (("uses_ratio", "old_logprobs"), ("needs_reference", "ref_logprobs")):
+        for flag, keyword in (("uses_ratio", "behavior_logprobs"), ("needs_reference", "ref_logprobs")):
             if properties.get(flag) and keyword not in params:
                 raise ValueError(f"objective {name!r} declares {flag}=True but takes no {keyword!r} argument")
         return add(fn)
@@ -102,11 +104,11 @@ def _per_token(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 @register_objective("reinforce", skip_zero_advantage=True)
 def reinforce(
-    logprobs: torch.Tensor, *, advantages: torch.Tensor, old_logprobs: torch.Tensor | None = None
+    logprobs: torch.Tensor, *, advantages: torch.Tensor, behavior_logprobs: torch.Tensor | None = None
 ) -> torch.Tensor:
     """``-Â · log π_θ``: the R³L objective (arXiv 2601.03715), with no importance ratio and no clipping.
 
-    ``old_logprobs`` is ignored on purpose: a distilled retry was sampled *with* guidance in context but is
+    ``behavior_logprobs`` is ignored on purpose: a distilled retry was sampled *with* guidance in context but is
     trained without it, so a ratio to its generation log-probs would compare two different conditionals.
     """
     return -_per_token(advantages, logprobs) * logprobs
@@ -117,24 +119,24 @@ def ppo_clip(
     logprobs: torch.Tensor,
     *,
     advantages: torch.Tensor,
-    old_logprobs: torch.Tensor | None,
+    behavior_logprobs: torch.Tensor | None,
     clip: float = 0.2,
 ) -> torch.Tensor:
     """PPO's clipped surrogate ``-min(ρ·Â, clip(ρ, 1-ε, 1+ε)·Â)`` with ``ρ = exp(log π_θ - log π_old)``."""
-    if old_logprobs is None:
-        raise ValueError("ppo_clip needs old_logprobs (the log-probs of the policy that sampled the tokens)")
+    if behavior_logprobs is None:
+        raise ValueError("ppo_clip needs behavior_logprobs (the log-probs of the policy that sampled the tokens)")
     if not clip >= 0:
         raise ValueError(f"ppo_clip's clip must be >= 0 (the ratio is kept in [1 - clip, 1 + clip]), got {clip}")
     adv = _per_token(advantages, logprobs)
-    ratio = torch.exp(logprobs - old_logprobs.to(logprobs.dtype))
+    ratio = torch.exp(logprobs - behavior_logprobs.to(logprobs.dtype))
     return -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
 
 
 @register_objective("sft")
 def sft(
-    logprobs: torch.Tensor, *, advantages: torch.Tensor | None = None, old_logprobs: torch.Tensor | None = None
+    logprobs: torch.Tensor, *, advantages: torch.Tensor | None = None, behavior_logprobs: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Negative log-likelihood ``-log π_θ`` (advantages and old log-probs are ignored)."""
+    """Negative log-likelihood ``-log π_θ`` (advantages and behaviour log-probs are ignored)."""
     return -logprobs
 
 

@@ -57,7 +57,7 @@ class RayPolicy:
         local: the learner's policy (an ``HFPolicy``): its tokenizer renders and tokenises here, and its
             attributes (``eos_token_ids``, ``pad_token_id``, ``max_context``, ``name``) describe the remote copy.
         model: what the actor loads (an embedded model name or a folder visible to the worker).
-        dtype: the actor's dtype (the learner's, so sampled log-probs are the learner's old log-probs).
+        dtype: the actor's dtype (the learner's, so sampled log-probs are the learner's behaviour log-probs).
         seed: the actor's model seed (only matters for ``tiny-random`` before the first weight push).
         num_cpus: logical CPUs the actor reserves.
         num_gpus: GPUs it reserves (0 on CPU machines).

@@ -16,7 +16,7 @@ How the auxiliary SFT rows are weighed is ``aux_mean``:
 ``agg`` is the chosen aggregation over the loss-masked tokens of the policy rows (token-mean by default),
 with denominators taken over the *whole* batch, so any split into micro-batches gives the same
 loss and gradient (the accumulated sum equals the full-batch value). What else the loss needs of an objective
-(old log-probs for a ratio, reference log-probs) is read from its registration,
+(behaviour log-probs for a ratio, reference log-probs) is read from its registration,
 :class:`r3l_learn.losses.ObjectiveProperties`.
 
 **Batches without contrast: one rule for every algorithm** (:func:`signal_rows`, :func:`apply_update`). A row
@@ -221,7 +221,7 @@ def batch_loss(
         per_token = OBJECTIVES.get_fn(config.objective)(
             logp,
             advantages=batch.advantages,
-            old_logprobs=batch.old_logprobs if props.uses_ratio else None,
+            behavior_logprobs=batch.behavior_logprobs if props.uses_ratio else None,
             **extra,
             **config.objective_kwargs,
         )

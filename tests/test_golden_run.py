@@ -154,7 +154,7 @@ def _row_parts(rows: list[Any]) -> Iterator[tuple[str, Any]]:
         yield at + "token_ids", _ints(row.token_ids)
         yield at + "loss_mask", _ints(row.loss_mask)
         yield from _float_parts(at + "advantage", float(row.advantage))
-        yield from _float_parts(at + "behavior_logprobs", row.old_logprobs)
+        yield from _float_parts(at + "behavior_logprobs", row.behavior_logprobs)
 
 
 def _metric_parts(metrics: dict[str, Any]) -> Iterator[tuple[str, Any]]:

@@ -84,7 +84,7 @@ def test_alphas_default_is_read_from_the_advantage_signature(monkeypatch):
 
 def test_one_name_in_two_parts_must_agree_on_its_default():
     @register_objective("test_eps_objective", skip_zero_advantage=True)
-    def eps_objective(logprobs, *, advantages, old_logprobs=None, eps: float = 0.5):
+    def eps_objective(logprobs, *, advantages, behavior_logprobs=None, eps: float = 0.5):
         return reinforce(logprobs, advantages=advantages)
 
     try:
@@ -108,7 +108,7 @@ def plugin(monkeypatch):
         return scale * mean_baseline_advantage(rewards, group_index)
 
     @register_objective("test_anchored", needs_reference=True)
-    def anchored(logprobs, *, advantages, old_logprobs, ref_logprobs, beta: float = 0.5):
+    def anchored(logprobs, *, advantages, behavior_logprobs, ref_logprobs, beta: float = 0.5):
         calls["beta"].append((beta, logprobs.shape[-1]))
         return reinforce(logprobs, advantages=advantages) + beta * (logprobs - ref_logprobs) ** 2
 

@@ -15,21 +15,21 @@ def _close(actual, expected):
     torch.testing.assert_close(actual, torch.tensor(expected), rtol=1e-6, atol=1e-6)
 
 
-def test_reinforce_is_minus_advantage_times_logprob_and_ignores_old_logprobs():
+def test_reinforce_is_minus_advantage_times_logprob_and_ignores_behavior_logprobs():
     adv = torch.tensor([2.0, -1.0])
-    loss = get_objective("reinforce")(LOGP, advantages=adv, old_logprobs=LOGP - 5)
+    loss = get_objective("reinforce")(LOGP, advantages=adv, behavior_logprobs=LOGP - 5)
     _close(loss, [[2.0, 4.0, 1.0], [-0.1, -3.0, -1.0]])
 
 
 def test_ppo_clip_clips_the_ratio_on_the_side_of_the_advantage():
     old = torch.zeros(1, 3)
     logp = torch.log(torch.tensor([[1.5, 0.5, 1.1]]))  # ratios 1.5, 0.5, 1.1
-    up = get_objective("ppo_clip")(logp, advantages=torch.tensor([1.0]), old_logprobs=old, clip=0.2)
+    up = get_objective("ppo_clip")(logp, advantages=torch.tensor([1.0]), behavior_logprobs=old, clip=0.2)
     _close(up, [[-1.2, -0.5, -1.1]])  # min(ρA, clip(ρ)A) with A > 0
-    down = get_objective("ppo_clip")(logp, advantages=torch.tensor([-1.0]), old_logprobs=old, clip=0.2)
+    down = get_objective("ppo_clip")(logp, advantages=torch.tensor([-1.0]), behavior_logprobs=old, clip=0.2)
     _close(down, [[1.5, 0.8, 1.1]])  # with A < 0 the larger ratio wins
-    with pytest.raises(ValueError, match="old_logprobs"):
-        get_objective("ppo_clip")(logp, advantages=torch.tensor([1.0]), old_logprobs=None)
+    with pytest.raises(ValueError, match="behavior_logprobs"):
+        get_objective("ppo_clip")(logp, advantages=torch.tensor([1.0]), behavior_logprobs=None)
 
 
 def test_sft_is_the_negative_log_likelihood():
@@ -81,21 +81,23 @@ def test_a_declared_property_must_match_the_signature():
     from r3l_learn.losses import OBJECTIVES, register_objective
 
     with pytest.raises(ValueError, match="no 'ref_logprobs' argument"):
-        register_objective("test_ref", needs_reference=True)(lambda logprobs, *, advantages, old_logprobs: logprobs)
-    with pytest.raises(ValueError, match="no 'old_logprobs' argument"):
+        register_objective("test_ref", needs_reference=True)(
+            lambda logprobs, *, advantages, behavior_logprobs: logprobs
+        )
+    with pytest.raises(ValueError, match="no 'behavior_logprobs' argument"):
         register_objective("test_ratio", uses_ratio=True)(lambda logprobs, *, advantages: logprobs)
     assert "test_ref" not in OBJECTIVES and "test_ratio" not in OBJECTIVES
 
 
 def test_ppo_clip_rejects_a_negative_clip():
     with pytest.raises(ValueError, match="clip must be >= 0"):
-        get_objective("ppo_clip")(LOGP, advantages=torch.ones(2), old_logprobs=LOGP, clip=-0.1)
+        get_objective("ppo_clip")(LOGP, advantages=torch.ones(2), behavior_logprobs=LOGP, clip=-0.1)
 
 
 def test_a_function_set_over_an_entry_for_a_while_leaves_its_declarations_intact(monkeypatch):
     from r3l_learn.losses import OBJECTIVES
 
     with monkeypatch.context() as patch:
-        patch.setitem(OBJECTIVES, "ppo_clip", lambda logprobs, *, advantages, old_logprobs: logprobs)
+        patch.setitem(OBJECTIVES, "ppo_clip", lambda logprobs, *, advantages, behavior_logprobs: logprobs)
         assert not OBJECTIVES.spec("ppo_clip").properties.uses_ratio  # a plain item: default properties
     assert OBJECTIVES.spec("ppo_clip").properties.uses_ratio and OBJECTIVES.spec("ppo_clip").hyper == {"clip": 0.2}

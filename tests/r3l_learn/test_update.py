@@ -245,7 +245,7 @@ def test_rows_train_the_loss_mask_with_the_behaviour_logprobs(groups):
     mask) and ``behavior_logprobs`` as the old log-probs."""
     rows = rows_from_groups(groups, resolve_algorithm("r3l"))
     trajs = [t for g in groups for t in g.trajectories]
-    assert [(r.token_ids, r.loss_mask, r.old_logprobs, r.kind) for r in rows[: len(trajs)]] == [
+    assert [(r.token_ids, r.loss_mask, r.behavior_logprobs, r.kind) for r in rows[: len(trajs)]] == [
         (t.token_ids, t.loss_mask, t.behavior_logprobs, t.kind) for t in trajs
     ]
 
@@ -263,7 +263,7 @@ def test_an_old_format_file_trains_exactly_as_its_fields_say(tmp_path):
     (group,) = [item for item in load_jsonl(path) if isinstance(item, TrajectoryGroup)]
     rows = rows_from_groups([group], resolve_algorithm("r3l"))
     policy_rows = [r for r in rows if not r.aux]
-    assert [(r.token_ids, r.loss_mask, r.old_logprobs) for r in policy_rows] == [
+    assert [(r.token_ids, r.loss_mask, r.behavior_logprobs) for r in policy_rows] == [
         (t["token_ids"], t["loss_mask"], t["logprobs"]) for t in raw["trajectories"]
     ]
     assert [r.token_ids for r in rows if r.aux] == [s["token_ids"] for s in raw["samples"]]
