@@ -108,6 +108,7 @@ def test_a_measured_configuration_is_skipped_and_the_chosen_one_is_marked(by_pla
     assert cli.main(["choose", "lamp", config.key(), "--why", "test", "--results", str(results)]) == 0
     chosen = json.loads((results / "chosen.json").read_text())
     assert chosen["lamp"]["key"] == config.key() and chosen["lamp"]["retry_success"] == 1.0
+    capsys.readouterr()
     assert cli.main(["table", "--results", str(results)]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if config.key() in line)
     assert "**chosen: lamp**" in row and "100.0% (4/4)" in row
