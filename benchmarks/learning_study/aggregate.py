@@ -96,6 +96,7 @@ def run_summary(run: Run, machine: str | None = None) -> dict[str, Any]:
         # steps whose gradient was not zero: with equal rewards in every group (and no aux sample, no KL drift) a
         # step has nothing to learn from (only weight decay and Adam's momentum move the weights)
         "updates": sum(1 for s in steps if (_num(s.get("grad_norm")) or 0.0) > 0),
+        "optimizer": optimizer_counts(steps),
         "logged_generated_tokens": sums.get("speed/generated_tokens"),
         "sums": {k.removeprefix("bench/"): v for k, v in sums.items() if k.startswith("bench/")},
         "collect_s": sums.get("speed/collect_s"),
@@ -115,6 +116,26 @@ def run_summary(run: Run, machine: str | None = None) -> dict[str, Any]:
         "shared_prefix_min": run.config.get("shared_prefix_min"),
         "lr": run.config.get("lr"),
         "carried": False,
+    }
+
+
+def optimizer_counts(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per run, from its step records: steps that stepped AdamW, steps skipped for want of contrast (the shared
+    zero-contrast rule), steps whose non-finite loss was discarded, AdamW's own step count at the end, and the
+    sampled replies cut at the token cap. ``None`` where the run was logged before the learner recorded them."""
+    logged = [s for s in steps if "update/skipped_no_contrast" in s]
+    cut = [s["rollout/cut_replies"] for s in steps if _num(s.get("rollout/cut_replies")) is not None]
+    if not logged:
+        return {"stepped": None, "no_contrast": None, "non_finite": None, "adamw_steps": None, "cut_replies": None}
+    no_contrast = sum(bool(s["update/skipped_no_contrast"]) for s in logged)
+    non_finite = sum(bool(s.get("skipped")) for s in logged)
+    adamw = [s["update/optimizer_steps"] for s in logged if _num(s.get("update/optimizer_steps")) is not None]
+    return {
+        "stepped": len(logged) - no_contrast - non_finite,
+        "no_contrast": no_contrast,
+        "non_finite": non_finite,
+        "adamw_steps": adamw[-1] if adamw else None,
+        "cut_replies": sum(cut) if cut else None,
     }
 
 
@@ -156,6 +177,12 @@ def cell_summary(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out[f"{key}_by_seed"] = after
     out["trajectories"] = mean_ci([s["trajectories"] for s in done])
     out["updates"] = mean_ci([s["updates"] for s in done])
+    counted_steps = [s["optimizer"] for s in done if (s.get("optimizer") or {}).get("stepped") is not None]
+    out["optimizer"] = {
+        key: sum(c[key] or 0 for c in counted_steps) if counted_steps else None
+        for key in ("stepped", "no_contrast", "non_finite", "cut_replies")
+    }
+    out["optimizer"]["runs"] = len(counted_steps)
     out["logged_generated_tokens"] = mean_ci([s["logged_generated_tokens"] for s in done])
     out["wall_min"] = mean_ci([s["wall_s"] / 60 for s in done if s["wall_s"]])
     out["cost"] = _cost(done)

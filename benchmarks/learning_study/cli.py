@@ -70,11 +70,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-report", action="store_true", help="run; do not write RESULTS.md")
     parser.add_argument("--results-md", type=Path, default=_report.RESULTS_MD)
     parser.add_argument("--results-dir", type=Path, default=_report.RESULTS_DIR)
-    parser.add_argument("--plots-dir", type=Path, default=BENCHMARKS / "learning")
+    parser.add_argument(
+        "--plots-dir", type=Path, default=None, help="where the plots go (default benchmarks/learning/MODE; cpu: ..)"
+    )
     parser.add_argument(
         "--from-json", type=Path, default=None, help="render the page and plots again from a saved learning.json"
     )
     return parser
+
+
+def default_plots_dir(mode: str) -> Path:
+    """Where a mode's plots go: ``benchmarks/learning`` for the cpu mode (its committed page links them there),
+    ``benchmarks/learning/MODE`` for the others, so one mode's plots never overwrite another's."""
+    return BENCHMARKS / "learning" if mode == "cpu" else BENCHMARKS / "learning" / mode
 
 
 def load_saved(path: Path, mode: str) -> dict[str, Any] | None:
@@ -94,9 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
     if args.from_json is not None:
-        rewrite_report(
-            args.from_json, results_md=args.results_md, results_dir=args.results_dir, plots_dir=args.plots_dir
-        )
+        name = json.loads(args.from_json.read_text()).get("mode", {}).get("name", "")
+        plots_dir = args.plots_dir or default_plots_dir(name)
+        rewrite_report(args.from_json, results_md=args.results_md, results_dir=args.results_dir, plots_dir=plots_dir)
         logger.info("%s: section %r rendered again from %s", args.results_md, SECTION, args.from_json)
         return 0
 
@@ -154,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             command=command.strip(),
             results_md=args.results_md,
             results_dir=args.results_dir,
-            plots_dir=args.plots_dir,
+            plots_dir=args.plots_dir or default_plots_dir(mode.name),
             history=history,
             saved=saved,
         )

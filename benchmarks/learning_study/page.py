@@ -13,9 +13,12 @@ from typing import Any
 import _report  # benchmarks/_report.py (the package lives beside it): the machine line every benchmark prints
 
 from .aggregate import mean_curve
+from .calibration_table import render_calibration
 from .discussion import discussion
+from .fair import FAIR_MODES, render_fair
 from .fmt import count, interval, num, table
 from .grid import BASELINES, EnvSetting, Method, Mode, reference
+from .reflection_table import render_self_reflection
 
 _BUDGET_HEADER = (
     "env|method|trajectories|generated tokens|speed/generated_tokens|env steps|train success|tokens / success|"
@@ -37,6 +40,12 @@ def render(data: dict[str, Any], *, page_dir: Path) -> str:
     methods = {k: Method.from_dict(v) for k, v in data["methods"].items()}
     history = data["invocations"]
     md = _heading(data, mode, history)
+    if mode.name in FAIR_MODES:
+        md += render_fair(data, mode, methods)
+    if "calibration" in data:
+        md += render_calibration(data["calibration"])
+    if "self_reflection" in data:
+        md += render_self_reflection(data["self_reflection"])
     md += _results(data["cells"], mode, methods)
     md += _along_training(data["runs"], mode, methods)
     md += _budget(data["cells"], mode, methods)
@@ -231,8 +240,9 @@ def _budget(cells: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> li
         "own `speed/generated_tokens`, summed, leaves out reflections. Env steps: actions played. Train success: the "
         "fraction of sampled trajectories that won; per success: pooled over seeds. Steps with a gradient: steps whose "
         "gradient norm was not 0 (in a step where every group's rewards were equal and there was no auxiliary sample, "
-        "only weight decay and Adam's momentum move the weights; GRPO's KL term has a gradient once weight decay has "
-        "moved the weights off the reference, rewards or not). Held-out turns and parse errors "
+        "only weight decay and Adam's momentum move the weights; runs made before the shared zero-contrast rule: "
+        "GRPO's KL term had a gradient once weight decay had moved the weights off the reference, rewards or not; "
+        "under the rule such a step does not step the optimiser at all). Held-out turns and parse errors "
         "(replies with no usable action, which do not step the env): the eval after training.",
         "",
     ]

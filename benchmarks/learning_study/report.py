@@ -14,10 +14,13 @@ from typing import Any
 import _report  # benchmarks/_report.py: machine facts, and the one writer of RESULTS.md sections
 
 from .aggregate import aggregate, carried_names, train_config
+from .calibration_table import read_calibration
 from .discussion import discussion
+from .fair import FAIR_MODES, fair_comparisons
 from .grid import ENVS, METHODS, EnvSetting, Method, Mode, Run
 from .page import render
 from .plots import plot_curves
+from .reflection_table import read_self_reflection
 
 SECTION = "learning"
 
@@ -69,8 +72,19 @@ def write_report(
         "plots": {k: str(v) for k, v in plots.items()},
         "train_config": train_config(agg, saved),
     }
+    _side_tables(data, mode, methods, Path(results_dir))
     _write(data, results_md, results_dir)
     return data
+
+
+def _side_tables(data: dict[str, Any], mode: Mode, methods: dict[str, Method], results_dir: Path) -> None:
+    """Add what the page shows beside the grid: the fair-rules comparisons (fair modes), and the calibration and
+    self-reflection measurements other benchmarks write into ``results_dir`` (kept from ``data`` where the files
+    are not there)."""
+    if mode.name in FAIR_MODES:
+        data["fair"] = fair_comparisons(data["cells"], mode, methods)
+    data["calibration"] = read_calibration(results_dir) or data.get("calibration")
+    data["self_reflection"] = read_self_reflection(results_dir) or data.get("self_reflection")
 
 
 def rewrite_report(saved: Path, *, results_md: Path, results_dir: Path, plots_dir: Path) -> dict[str, Any]:
@@ -88,6 +102,7 @@ def rewrite_report(saved: Path, *, results_md: Path, results_dir: Path, plots_di
     plots = plot_curves(mode, data, plots_dir, methods)
     data["plots"] = {k: str(v) for k, v in plots.items()}
     data["discussion"] = discussion(mode, data, methods)
+    _side_tables(data, mode, methods, Path(results_dir))
     _write(data, results_md, results_dir)
     return data
 
