@@ -138,11 +138,17 @@ def test_speedups_change_nothing_but_speed(env):
             info = out[-1][4]
         return out
 
-    assert speedups.enabled()
+    assert speedups.enabled()  # on by default
     fast = play()
     with speedups.disabled():
         slow = play()
-    assert fast == slow
+    speedups.set_enabled(False)  # the process-wide switch (a benchmark's baseline)
+    try:
+        assert not speedups.enabled()
+        off = play()
+    finally:
+        speedups.set_enabled(True)
+    assert fast == slow == off
 
 
 def test_expert_plan_replans_after_leaving_the_walkthrough(env):
