@@ -79,7 +79,7 @@ def render_fair(data: dict[str, Any], mode: Mode, methods: dict[str, Method]) ->
         md += _comparisons_table(comps, methods)
         md += ["", *_variants(comps, methods)]
         md += ["", f"### Fair rules on `{env}`: optimiser steps, cut replies, retries", ""]
-        md += _steps_table(cells, env, mode, methods)
+        md += _steps_table(cells, env, mode, methods, data.get("runs", []))
     return md
 
 
@@ -156,11 +156,21 @@ def _variants(comps: dict[str, Any], methods: dict[str, Method]) -> list[str]:
     return lines
 
 
-def _steps_table(cells: dict[str, Any], env: str, mode: Mode, methods: dict[str, Method]) -> list[str]:
+def _held_out_tokens(runs: list[dict[str, Any]], env: str, method: str) -> str:
+    """Mean generated tokens per held-out episode after training, over the finished seeds."""
+    details = [r["eval_after_detail"] for r in runs if r["env"] == env and r["method"] == method and r["finished"]]
+    tokens = [d["mean_tokens"] for d in details if d and d.get("mean_tokens") is not None]
+    return num(sum(tokens) / len(tokens), 1) if tokens else "—"
+
+
+def _steps_table(
+    cells: dict[str, Any], env: str, mode: Mode, methods: dict[str, Method], runs: list[dict[str, Any]]
+) -> list[str]:
     intro = [
         "Summed over the finished seeds. A step without contrast collects its trajectories but does not step the "
         "optimiser (the shared rule). Cut replies are sampled replies that hit the token cap; they carry no loss "
-        "here. Retry rescue: retries that won ÷ retries, pooled over seeds and steps (R³L alone retries).",
+        "here. Held-out tokens: generated per held-out episode after training (mean over seeds; up to 2 attempts). "
+        "Retry rescue: retries that won ÷ retries, pooled over seeds and steps (R³L alone retries).",
         "",
     ]
     rows = []
@@ -181,9 +191,10 @@ def _steps_table(cells: dict[str, Any], env: str, mode: Mode, methods: dict[str,
                 count(opt.get("non_finite")),
                 count(opt.get("cut_replies")),
                 count(trajectories or None),
+                _held_out_tokens(runs, env, m),
                 rescue,
             ]
         )
     header = ["method", "runs", "steps that stepped AdamW", "skipped: no contrast", "skipped: non-finite"]
-    header += ["cut replies (training)", "sampled trajectories", "retry rescue"]
+    header += ["cut replies (training)", "sampled trajectories", "held-out tokens / episode", "retry rescue"]
     return intro + table(header, rows)
