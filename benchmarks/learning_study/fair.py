@@ -78,6 +78,7 @@ def render_fair(data: dict[str, Any], mode: Mode, methods: dict[str, Method]) ->
         md += ["", f"### Fair rules on `{env}`: paired differences in held-out success (Holm-corrected)", ""]
         md += _comparisons_table(comps, methods)
         md += ["", *_variants(comps, methods)]
+        md += ["", *_plainly(comps, cells, env, mode, methods)]
         md += ["", f"### Fair rules on `{env}`: optimiser steps, cut replies, retries", ""]
         md += _steps_table(cells, env, mode, methods, data.get("runs", []))
     return md
@@ -161,6 +162,37 @@ def _held_out_tokens(runs: list[dict[str, Any]], env: str, method: str) -> str:
     details = [r["eval_after_detail"] for r in runs if r["env"] == env and r["method"] == method and r["finished"]]
     tokens = [d["mean_tokens"] for d in details if d and d.get("mean_tokens") is not None]
     return num(sum(tokens) / len(tokens), 1) if tokens else "—"
+
+
+def _plainly(
+    comps: dict[str, Any], cells: dict[str, Any], env: str, mode: Mode, methods: dict[str, Method]
+) -> list[str]:
+    """What the numbers say, one line per comparison with R³L, then the steps skipped and the retries' rescues."""
+    lines = ["What the numbers say:", ""]
+    ref = reference(methods)
+    for key, c in comps.items():
+        a, b = key.split("|")
+        if a != ref or c["n"] == 0:
+            continue
+        ci = "" if c["lo_adj"] is None else f", family-wise CI [{c['lo_adj']:+.3f}, {c['hi_adj']:+.3f}]"
+        p = "" if c["p_holm"] is None else f", Holm p = {num(c['p_holm'])}"
+        lines.append(f"- {methods[a].label} − {_term(methods[b].label)}: {c['mean']:+.3f}{ci}{p}: {c['verdict']}.")
+    skipped = []
+    for m in mode.methods:
+        opt = cells[f"{m}|{env}"].get("optimizer") or {}
+        if opt.get("stepped") is not None:
+            total = opt["stepped"] + opt["no_contrast"] + opt["non_finite"]
+            skipped.append(f"{methods[m].label} {opt['no_contrast']} of {total}")
+    if skipped:
+        lines.append(f"- Steps without contrast, which stepped no optimiser: {'; '.join(skipped)}.")
+    econ, pooled = cells[f"{ref}|{env}"]["economics"], cells[f"{ref}|{env}"]["pooled"]
+    if econ.get("retries"):
+        won = pooled.get("retries_succeeded", 0)
+        lines.append(
+            f"- {methods[ref].label}'s oracle-guided retries won {count(won)} of {count(econ['retries'])} "
+            f"({num(ratio(won, econ['retries']))})."
+        )
+    return lines
 
 
 def _steps_table(

@@ -83,6 +83,8 @@ def test_the_fair_table_compares_each_method_with_r3l_and_grpo_and_isolates_kl_a
     assert "the KL term: (GRPO − KL) − GRPO = " in md and "GRPO − KL is lower than GRPO" in md
     assert "the std division (and token sum): " in md and "no difference detectable at n = 5" in md
     assert "| R³L (oracle) | 5 | 3 | 5 | 0 | 4 | 320 | — | 6 / 40 = 0.150 |" in md
+    assert "- R³L (oracle) − (GRPO − KL): +0.270, family-wise CI" in md
+    assert "oracle-guided retries won 6 of 40 (0.150)" in md and "GRPO 5 of 8" in md
     runs = [{"env": env, "method": "grpo", "finished": True, "eval_after_detail": {"mean_tokens": t}} for t in (20, 31)]
     md = "\n".join(fair.render_fair({**data, "runs": runs}, mode, grid.METHODS))
     assert "| GRPO | 5 | 3 | 5 | 0 | 4 | 320 | 25.5 | — |" in md
