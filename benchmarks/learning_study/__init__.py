@@ -4,7 +4,9 @@
 job, each importing only those above it in this list:
 
 * :mod:`~learning_study.grid` — what is run: the ``ENVS`` table (per-env settings), the ``METHODS``, the
-  ``MODES`` (budgets: ``quick``, ``cpu``, ``gpu``) and :func:`~learning_study.grid.build_grid`, which turns a
+  ``MODES`` (budgets: ``quick``, ``cpu``, ``fair``, ``gpu``; ``fair`` reruns the sums under the rules every
+  algorithm shares, its page opening with :mod:`~learning_study.fair`'s Holm-corrected table) and
+  :func:`~learning_study.grid.build_grid`, which turns a
   mode into its cells (``methods × envs × seeds``), each a :class:`r3l_learn.train.TrainConfig` in its own run
   directory. Every method samples ``group_size`` trajectories for each of ``tasks_per_step`` tasks per step for
   the same number of steps (R³L tops its groups up with extra bases, ``fill=True``), so the sampled trajectories
@@ -23,6 +25,9 @@ job, each importing only those above it in this list:
 * :mod:`~learning_study.fmt`, :mod:`~learning_study.discussion`, :mod:`~learning_study.page`,
   :mod:`~learning_study.plots` — the report (number format, generated discussion, Markdown, figures), rendered
   from the report data alone, so a saved ``learning.json`` renders the same page again.
+* :mod:`~learning_study.fair`, :mod:`~learning_study.calibration_table`, :mod:`~learning_study.reflection_table` —
+  the fair-rules comparison, the calibration table (from ``results/calibration/chosen.json``) and the
+  self-reflection rates (from ``results/self_reflection.json``), as data and Markdown.
 * :mod:`~learning_study.report` — writes the section ``learning`` of ``benchmarks/RESULTS.md``,
   ``benchmarks/results/learning.json`` and the plots, from the run directories or from a saved ``learning.json``.
 

@@ -5,6 +5,7 @@ Usage (``benchmarks/learning.py`` is this module's command line)::
     python benchmarks/learning.py --mode quick                  # minutes (tiny budgets)
     python benchmarks/learning.py --mode cpu --time-budget 240  # resumable; rerun to continue
     python benchmarks/learning.py --mode gpu --jobs 2           # --device cuda
+    python benchmarks/learning.py --mode fair --jobs 2 --threads 1 --out-root runs/fair  # the fair-rules rerun
     python benchmarks/learning.py --mode quick --report-only    # re-aggregate existing runs
     python benchmarks/learning.py --from-json benchmarks/results/learning.json  # re-render a saved report
 
