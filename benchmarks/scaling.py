@@ -3,7 +3,7 @@
 In one run, on one local Ray instance (loopback only):
 
 * throughput: the same scripted episodes (``retry.plan_agent``: each task's expert plan, then detours, up to
-  ``--max-turns``; no LLM) played with ``rollout_batch`` through :class:`wrappers.envops.LocalCollector`
+  ``--max-turns``; no LLM) played with ``rollout_batch`` through :class:`wrappers.local_collector.LocalCollector`
   (``workers`` threads) and :class:`wrappers.ray_collector.RayCollector` (``workers`` actors), env steps per
   second against the number of workers, for ScienceWorld (a JVM per env) and WebShop (pure Python, ~0.1 ms a
   step); every run's trajectories are checked identical to the first one's;
@@ -34,7 +34,7 @@ import gymnasium as gym
 
 from benchmarks import _report, retry
 from wrappers import RolloutConfig
-from wrappers.envops import LocalCollector
+from wrappers.local_collector import LocalCollector
 from wrappers.oracle import expert_plan
 from wrappers.rollout import rollout_batch
 

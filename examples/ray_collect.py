@@ -7,7 +7,7 @@ to the actors: actions, observations, and checkpoints as verified bytes; the pol
 
 Halfway through, one env worker's process is killed (SIGKILL, as a crash or the OOM killer would): the collector
 starts a new actor, rebuilds its slots from their last checkpoints, and the groups come out identical to those of
-the in-process thread pool (:class:`wrappers.envops.LocalCollector`), which this example checks.
+the in-process thread pool (:class:`wrappers.local_collector.LocalCollector`), which this example checks.
 
 Who plays: a scripted Countdown player that answers wrongly unless the oracle's guidance states the answer
 (``OracleReflector(reveal_answer=True)``), so bases fail and retries from the pivot succeed; no model is needed.
@@ -32,7 +32,7 @@ import r3l_envs  # noqa: F401  (registers the r3l/* ids)
 from r3l_learn.scripted import ScriptedPolicy
 from wrappers import RolloutConfig
 from wrappers.collector import Collector
-from wrappers.envops import LocalCollector
+from wrappers.local_collector import LocalCollector
 from wrappers.oracle import OracleReflector
 from wrappers.ray_collector import RayCollector, connect, require_ray
 from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig, aggregate_stats

@@ -4,7 +4,7 @@
 OPMD sample (``N`` independent rollouts per task). Both return the same format, so every algorithm can
 train on either, and :func:`make_group_builder` picks one for an algorithm. Both play their episodes on the
 env slots of a :class:`wrappers.collector.Collector` (where the envs live: threads here, or Ray actors).
-:func:`collect_with_contrast` is DAPO's dynamic sampling on top of either: groups without contrast are replaced
+:func:`groups_with_contrast` is DAPO's dynamic sampling on top of either: groups without contrast are replaced
 by groups of fresh tasks until a step has the groups it asked for.
 """
 
@@ -19,14 +19,21 @@ import numpy as np
 
 from wrappers.collector import Collector
 from wrappers.data import TrajectoryGroup
-from wrappers.envops import as_collector
 from wrappers.expert import expert_plans, expert_rollouts, require_expert
+from wrappers.local_collector import as_collector
 from wrappers.policy import Policy
 from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
 from wrappers.reflection import Reflector
 from wrappers.rollout import RolloutConfig, rollout_batch
 
-__all__ = ["DynamicSample", "GroupBuilder", "PlainGroups", "collect_with_contrast", "make_group_builder"]
+__all__ = [
+    "DynamicSample",
+    "GroupBuilder",
+    "PlainGroups",
+    "expert_demos_problem",
+    "groups_with_contrast",
+    "make_group_builder",
+]
 
 
 class GroupBuilder(Protocol):
@@ -35,6 +42,26 @@ class GroupBuilder(Protocol):
     def collect(self, task_ids: Sequence[str], *, seed: int | None = None) -> list[TrajectoryGroup]: ...
 
     def close(self) -> None: ...
+
+
+def expert_demos_problem(expert_demos: int, group_size: int, *, reflect_retry: bool) -> str | None:
+    """None if a group of ``group_size`` may hold ``expert_demos`` expert trajectories, else why not (the rule,
+    written once: the config checks it, and so do the group builders).
+
+    A group keeps at least one policy rollout, and only plain groups take expert demonstrations: reflect-retry
+    groups get the expert's knowledge through the oracle reflector instead.
+    """
+    if not 0 <= expert_demos < group_size:
+        return (
+            f"expert_demos must be in [0, group_size) = [0, {group_size}) so that every group keeps a policy rollout, "
+            f"got {expert_demos}"
+        )
+    if expert_demos and reflect_retry:
+        return (
+            "expert_demos puts expert trajectories into plain groups (grpo, raft, opmd): reflect-retry groups (r3l) "
+            "take the expert's knowledge through the oracle reflector instead; set expert_demos to 0"
+        )
+    return None
 
 
 class PlainGroups:
@@ -66,11 +93,9 @@ class PlainGroups:
     ):
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
-        if not 0 <= expert_demos < group_size:
-            raise ValueError(
-                f"expert_demos must be in [0, group_size) = [0, {group_size}) so that every group keeps a policy "
-                f"rollout, got {expert_demos}"
-            )
+        problem = expert_demos_problem(expert_demos, group_size, reflect_retry=False)
+        if problem:
+            raise ValueError(problem)
         self.policy, self.group_size, self.expert_demos = policy, group_size, expert_demos
         self.rollout = rollout or RolloutConfig()
         self.collector, self._owns_collector = as_collector(env, env_kwargs, self.rollout.env_workers)
@@ -152,11 +177,9 @@ def make_group_builder(
         return PlainGroups(
             env, policy, group_size=group_size, rollout=rollout, env_kwargs=env_kwargs, expert_demos=expert_demos
         )
-    if expert_demos:
-        raise ValueError(
-            "expert_demos puts expert trajectories into plain groups (grpo, raft, opmd): reflect-retry groups "
-            "(r3l) take the expert's knowledge through the oracle reflector instead; set expert_demos to 0"
-        )
+    problem = expert_demos_problem(expert_demos, group_size, reflect_retry=True)
+    if problem:
+        raise ValueError(problem)
     if reflector is None:
         raise ValueError("reflect-retry groups need a reflector (the policy itself, another model, or the oracle)")
     config = ReflectRetryConfig(
@@ -173,7 +196,7 @@ def make_group_builder(
 
 @dataclass
 class DynamicSample:
-    """What :func:`collect_with_contrast` collected for one step.
+    """What :func:`groups_with_contrast` built for one step.
 
     Attributes:
         groups: the groups with contrast the step trains on (at most the number asked for), in collection order.
@@ -202,7 +225,7 @@ class DynamicSample:
         }
 
 
-def collect_with_contrast(
+def groups_with_contrast(
     builder: GroupBuilder,
     take: Callable[[int], list[str]],
     wanted: int,
@@ -211,8 +234,8 @@ def collect_with_contrast(
     with_contrast: Callable[[list[TrajectoryGroup]], list[bool]],
     max_rounds: int = 3,
 ) -> DynamicSample:
-    """Dynamic sampling (DAPO, arXiv 2503.14476): collect groups for ``wanted`` tasks, drop those without contrast,
-    and collect groups for as many fresh tasks as are missing, until ``wanted`` groups have contrast or
+    """Dynamic sampling (DAPO, arXiv 2503.14476): build groups for ``wanted`` tasks, drop those without contrast,
+    and build groups for as many fresh tasks as are missing, until ``wanted`` groups have contrast or
     ``max_rounds`` rounds (the first included) are made; the step then trains on the groups with contrast it has.
 
     Args:

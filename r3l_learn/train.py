@@ -31,7 +31,7 @@ from r3l_learn.algorithms import Algorithm
 from r3l_learn.backends import resolve_rollout_backend
 from r3l_learn.batch import Row, cut_replies, rows_from_groups
 from r3l_learn.checkpoints import ResumeError, latest_checkpoint, rng_state, save_checkpoint
-from r3l_learn.collect import GroupBuilder, collect_with_contrast, make_group_builder
+from r3l_learn.collect import GroupBuilder, groups_with_contrast, make_group_builder
 from r3l_learn.config import RESUMABLE_CHANGES, TrainConfig, config_from_dict
 from r3l_learn.device import resolve_autocast
 from r3l_learn.errors import R3LLearnError
@@ -53,7 +53,7 @@ from r3l_learn.train_state import Interrupts, recorded_evals, report, resume_sta
 from r3l_learn.update import LossConfig, UpdateResult, apply_update, optimizer_steps, signal_rows
 from wrappers import Trajectory, TrajectoryGroup
 from wrappers.collector import Collector
-from wrappers.envops import LocalCollector
+from wrappers.local_collector import LocalCollector
 from wrappers.reflect_retry import aggregate_stats
 from wrappers.rollout import DEFAULT_ENV_WORKERS
 
@@ -114,7 +114,8 @@ def train(
     Args:
         collector: where the training episodes' envs live and run: a :class:`wrappers.collector.Collector` of
             ``config.env`` made with ``split=config.train_split`` and ``config.env_kwargs`` (the caller closes it).
-            ``None``: a :class:`wrappers.envops.LocalCollector` (a thread pool in this process), closed at the end.
+            ``None``: a :class:`wrappers.local_collector.LocalCollector` (a thread pool in this process), closed at
+            the end.
         on_step: callbacks run after every optimiser step with a :class:`StepInfo`; the metrics they return are
             logged with the step's (a name the step already logs is an error).
     """
@@ -216,8 +217,8 @@ def _build(config: TrainConfig) -> _Run:
 def _open(run: _Run, collector: Collector | None) -> None:
     """The run directory (config, metrics log), the rollout policy, the collector and the group builder."""
     config = run.config
-    if collector is not None and collector.profile().env_id != config.env:
-        found = collector.profile().env_id
+    if collector is not None and collector.made_env().env_id != config.env:
+        found = collector.made_env().env_id
         raise ValueError(f"the collector runs {found}, but the config trains on {config.env}: pass one of {config.env}")
     run.out.mkdir(parents=True, exist_ok=True)
     (run.out / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
@@ -383,7 +384,7 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
     seed = config.seed * 100_003 + step
     sample = None
     if config.dynamic_sampling:
-        sample = collect_with_contrast(
+        sample = groups_with_contrast(
             run.builder,
             run.stream.take,
             config.tasks_per_step,

@@ -4,7 +4,7 @@ Rollouts, :class:`wrappers.ReflectRetry` and ``r3l_learn.train`` never hold env 
 *slots* (``0, 1, ...``) of a :class:`Collector` and ask it to reset, step, checkpoint or restore them. Everything
 that touches the policy (tokenising, generating, parsing, recording) stays on the caller's thread; only the env
 calls and their plain-data results cross the boundary. So a backend may run its envs in threads of this process
-(:class:`wrappers.envops.LocalCollector`, the default) or in other processes and machines (Ray actors), and the
+(:class:`wrappers.local_collector.LocalCollector`, the default) or in other processes and machines (Ray actors), and the
 trajectories are the same.
 
 What an implementation must provide (and a remote one, e.g. Ray actors holding envs made by ``gym.make``, can):
@@ -24,7 +24,7 @@ What an implementation must provide (and a remote one, e.g. Ray actors holding e
   one with ``ref.future()``); :meth:`Collector.gather` waits for them and re-raises the first failure in
   submission order, on the caller's thread, never swallowing it.
 * **Exactness:** results must equal those of running the same calls one by one on envs made in this process.
-  The tests compare any backend's groups with :class:`wrappers.envops.LocalCollector`'s (``workers=1``).
+  The tests compare any backend's groups with :class:`wrappers.local_collector.LocalCollector`'s (``workers=1``).
 * ``local_env(slot)`` returns the slot's live env only when it lives in this process (reflectors that consult an
   env, such as the oracle, use it); a remote backend returns ``None`` and serves such needs through
   :meth:`Collector.call` with a module-level (picklable) function.
@@ -34,30 +34,47 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+import r3l_envs
+from r3l_envs import EnvInfo
 from r3l_envs.checkpoint import Checkpoint
 
-__all__ = ["Collector", "EnvProfile", "ResetResult", "StepResult", "gather_futures"]
+__all__ = [
+    "Collector",
+    "MadeEnv",
+    "ResetResult",
+    "StepResult",
+    "describe_env",
+    "gather_futures",
+    "reset_env",
+    "step_env",
+]
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class EnvProfile:
-    """What an episode needs to know about the collector's env before playing it.
+class MadeEnv:
+    """The env a collector's slots hold, as made: what it adds to the env's own declaration (:class:`EnvInfo`) is
+    its id and the ``TimeLimit`` it was made with.
 
     Attributes:
         env_id: the registered id (``spec.id``), or the env class name for an unregistered factory.
-        max_turns: the env's own turn limit (TimeLimit's ``max_episode_steps``, else a math env's
-            ``max_attempts``), or ``None`` if it declares none.
-        prompt_family: the prompt family the env declares (a key of ``wrappers.prompts.FAMILIES``).
+        time_limit: the ``TimeLimit`` wrapper's ``max_episode_steps``, or ``None`` if it was made without one.
+        info: what the env declares (:func:`r3l_envs.env_info`): prompt family, turn limit, expert plan.
     """
 
     env_id: str
-    max_turns: int | None
-    prompt_family: str = "generic"
+    time_limit: int | None = None
+    info: EnvInfo = field(default_factory=EnvInfo)
+
+    @property
+    def max_turns(self) -> int | None:
+        """The env's own turn limit: its ``TimeLimit``, else the limit its rules set (:attr:`EnvInfo.max_turns`),
+        else ``None``."""
+        return self.time_limit or self.info.max_turns
 
 
 @dataclass(frozen=True)
@@ -81,6 +98,30 @@ class StepResult:
     checkpoint: Checkpoint | None = None
 
 
+def describe_env(env: Any) -> MadeEnv:
+    """An env instance's :class:`MadeEnv` (what a remote worker sends back for its envs)."""
+    spec = getattr(env, "spec", None)
+    env_id = spec.id if spec is not None else type(env.unwrapped).__name__
+    return MadeEnv(env_id, spec.max_episode_steps if spec is not None else None, r3l_envs.env_info(env))
+
+
+def reset_env(env: Any, seed: int | None, task_id: str | None, checkpoint: bool) -> ResetResult:
+    """``env.reset(seed=seed, options={"task_id": task_id} or None)``, and with ``checkpoint`` a checkpoint right
+    after it: what :meth:`Collector.reset` does next to the slot's env, whichever backend runs it."""
+    options = {"task_id": task_id} if task_id is not None else None
+    observation, info = env.reset(seed=seed, options=options)
+    return ResetResult(observation, info, r3l_envs.checkpoint(env) if checkpoint else None)
+
+
+def step_env(env: Any, action: str, checkpoint: bool) -> StepResult:
+    """``env.step(action)``, and with ``checkpoint`` a checkpoint after it unless the step ended the episode: what
+    :meth:`Collector.step` does next to the slot's env, whichever backend runs it."""
+    observation, reward, terminated, truncated, info = env.step(action)
+    ended = terminated or truncated
+    after = r3l_envs.checkpoint(env) if checkpoint and not ended else None
+    return StepResult(observation, float(reward), bool(terminated), bool(truncated), info, after)
+
+
 @runtime_checkable
 class Collector(Protocol):
     """Env slots of one env id and kwargs, and the calls that play episodes on them (see the module docstring).
@@ -90,8 +131,8 @@ class Collector(Protocol):
     leaves it open.
     """
 
-    def profile(self) -> EnvProfile:
-        """The env's id and turn limit (may make slot 0's env on first call)."""
+    def made_env(self) -> MadeEnv:
+        """What the slots' env is: its id, ``TimeLimit`` and declaration (may make slot 0's env on first call)."""
         ...
 
     def reset(self, slot: int, *, seed: int | None, task_id: str | None, checkpoint: bool) -> Future[ResetResult]:

@@ -19,11 +19,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-import r3l_envs
-from r3l_envs.checkpoint import Checkpoint
-from wrappers.collector import Collector, EnvProfile, ResetResult, StepResult, gather_futures
+from wrappers.collector import gather_futures
 
-__all__ = ["EnvOps", "EnvPool", "LocalCollector", "as_collector", "env_profile"]
+__all__ = ["EnvOps"]
 
 T = TypeVar("T")
 
@@ -102,146 +100,11 @@ class _Call:
             self.future.set_result(result)
 
 
-class EnvPool:
-    """Env instances made on first need and reused: from a registered id (made with ``env_kwargs``) or from a
-    zero-argument factory. Group builders take the first ``n`` for a batch of ``n`` concurrent episodes."""
+def __getattr__(name: str) -> Any:
+    # Temporary: r3l_learn/warmup.py imports LocalCollector from here until its import reads
+    # wrappers.local_collector; delete with that edit (imported by name so that no import circle is written).
+    if name == "LocalCollector":
+        import importlib
 
-    def __init__(self, env: str | Callable[[], Any], env_kwargs: dict[str, Any] | None = None):
-        if isinstance(env, str):
-            import gymnasium as gym
-
-            kwargs = dict(env_kwargs or {})
-            self._make: Callable[[], Any] = lambda: gym.make(env, **kwargs)
-        else:
-            if env_kwargs:
-                raise ValueError("env_kwargs only apply to an env id; bake them into the factory instead")
-            self._make = env
-        self._envs: list[Any] = []
-
-    def __len__(self) -> int:
-        return len(self._envs)
-
-    def take(self, n: int) -> list[Any]:
-        """The first ``n`` instances, making the missing ones."""
-        while len(self._envs) < n:
-            self._envs.append(self._make())
-        return self._envs[:n]
-
-    def close(self) -> None:
-        """Close every instance made."""
-        for env in self._envs:
-            env.close()
-        self._envs.clear()
-
-
-class LocalCollector:
-    """The default :class:`wrappers.collector.Collector`: env instances in this process, their calls in an
-    :class:`EnvOps` thread pool of ``workers`` threads (``workers=1``: inline on the calling thread).
-
-    Args:
-        env: a registered env id (made with ``env_kwargs``), a zero-argument env factory, or a sequence of env
-            instances to use as slots ``0..n-1`` (the caller keeps them: ``close()`` leaves them open).
-        workers: threads for env calls; the results do not depend on it (see the module docstring).
-    """
-
-    def __init__(
-        self,
-        env: str | Callable[[], Any] | Sequence[Any],
-        *,
-        env_kwargs: dict[str, Any] | None = None,
-        workers: int = 8,
-    ):
-        self._given: list[Any] | None = None
-        if isinstance(env, Sequence) and not isinstance(env, str):
-            if env_kwargs:
-                raise ValueError("env_kwargs only apply to an env id, not to env instances")
-            self._given = list(env)
-            if len({id(e) for e in self._given}) != len(self._given):
-                raise ValueError("each episode needs its own env instance: the same env appears twice in one batch")
-        else:
-            self._pool = EnvPool(env, env_kwargs)
-        self._ops = EnvOps(workers)
-        self._profile: EnvProfile | None = None
-
-    @property
-    def workers(self) -> int:
-        return self._ops.workers
-
-    def __len__(self) -> int:
-        """How many env instances there are (made so far, or given)."""
-        return len(self._given) if self._given is not None else len(self._pool)
-
-    def __enter__(self) -> LocalCollector:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def local_env(self, slot: int) -> Any:
-        """The slot's env, made if it is new."""
-        if slot < 0:
-            raise ValueError(f"slots are numbered from 0, got {slot}")
-        if self._given is not None:
-            if slot >= len(self._given):
-                raise ValueError(f"slot {slot} out of range: this collector was given {len(self._given)} envs")
-            return self._given[slot]
-        return self._pool.take(slot + 1)[slot]
-
-    def profile(self) -> EnvProfile:
-        if self._profile is None:
-            self._profile = env_profile(self.local_env(0))
-        return self._profile
-
-    def reset(self, slot: int, *, seed: int | None, task_id: str | None, checkpoint: bool) -> Future[ResetResult]:
-        return self._ops.submit(_reset, self.local_env(slot), seed, task_id, checkpoint)
-
-    def step(self, slot: int, action: str, *, checkpoint: bool) -> Future[StepResult]:
-        return self._ops.submit(_step, self.local_env(slot), action, checkpoint)
-
-    def restore(self, slot: int, checkpoint: Checkpoint) -> Future[None]:
-        return self._ops.submit(r3l_envs.restore, self.local_env(slot), checkpoint)
-
-    def call(self, slot: int, fn: Callable[..., T], *args: Any) -> Future[T]:
-        return self._ops.submit(fn, self.local_env(slot), *args)
-
-    def gather(self, futures: Sequence[Future[T]], then: Callable[[int, T], None] | None = None) -> list[T]:
-        return self._ops.gather(futures, then)
-
-    def close(self) -> None:
-        """Wait for calls in flight, then close the envs this collector made (never the ones it was given)."""
-        self._ops.__exit__()
-        if self._given is None:
-            self._pool.close()
-
-
-def env_profile(env: Any) -> EnvProfile:
-    """An env instance's :class:`wrappers.collector.EnvProfile` (what a remote worker sends back for its envs)."""
-    from wrappers.prompts import template_for
-
-    spec = getattr(env, "spec", None)
-    env_id = spec.id if spec is not None else type(env.unwrapped).__name__
-    limit = (spec.max_episode_steps if spec else None) or getattr(env.unwrapped, "max_attempts", None)
-    return EnvProfile(env_id=env_id, max_turns=limit, prompt_family=template_for(env).family)
-
-
-def _reset(env: Any, seed: int | None, task_id: str | None, checkpoint: bool) -> ResetResult:
-    options = {"task_id": task_id} if task_id is not None else None
-    observation, info = env.reset(seed=seed, options=options)
-    return ResetResult(observation, info, r3l_envs.checkpoint(env) if checkpoint else None)
-
-
-def _step(env: Any, action: str, checkpoint: bool) -> StepResult:
-    observation, reward, terminated, truncated, info = env.step(action)
-    after = r3l_envs.checkpoint(env) if checkpoint and not (terminated or truncated) else None
-    return StepResult(observation, float(reward), terminated, truncated, info, after)
-
-
-def as_collector(env: Any, env_kwargs: dict[str, Any] | None, workers: int) -> tuple[Collector, bool]:
-    """``env`` as a collector, and whether the caller made it (and so closes it): a :class:`Collector` is used as
-    given (``env_kwargs`` must then be empty: it was made with its own); an env id or factory gets a
-    :class:`LocalCollector` with ``workers`` threads."""
-    if isinstance(env, Collector):
-        if env_kwargs:
-            raise ValueError("env_kwargs apply to an env id; a Collector was made with its own")
-        return env, False
-    return LocalCollector(env, env_kwargs=env_kwargs, workers=workers), True
+        return importlib.import_module("wrappers.local_collector").LocalCollector
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

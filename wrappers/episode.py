@@ -21,12 +21,12 @@ import gymnasium as gym
 from wrappers.chat import ChatSequence, replay
 from wrappers.collector import Collector, ResetResult, StepResult
 from wrappers.data import Trajectory, Turn
-from wrappers.envops import LocalCollector
+from wrappers.local_collector import DEFAULT_ENV_WORKERS, as_collector
 from wrappers.parsing import parse_reply
 from wrappers.policy import FinishReason, Generation, Policy, SamplingParams, describe
-from wrappers.prompts import FAMILIES, PromptTemplate
+from wrappers.prompts import PromptTemplate, family_template
 
-__all__ = ["DEFAULT_ENV_WORKERS", "DEFAULT_MAX_TURNS", "AgentEpisode", "RolloutConfig"]
+__all__ = ["DEFAULT_ENV_WORKERS", "DEFAULT_MAX_TURNS", "AgentEpisode", "RolloutConfig", "episode_slots"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +37,6 @@ _SLOT = re.compile(r"<[^<>\s][^<>]*>")
 #: ``max_attempts`` (the math envs) gets that many turns: every reply is an attempt, and one the parser cannot
 #: use costs one too, as a reply without a final answer does when the env reads it.
 DEFAULT_MAX_TURNS = 30
-
-#: Env calls of one round run in this many threads by default. Env calls mostly wait (a JVM, a replay, C code),
-#: so a few threads overlap them even on two cores; results are identical to serial (:mod:`wrappers.envops`).
-DEFAULT_ENV_WORKERS = 8
 
 
 @dataclass(frozen=True)
@@ -84,10 +80,14 @@ class AgentEpisode:
     """One episode of one env under a policy: builds prompts, applies generations, records the trajectory.
 
     The env is a slot of a :class:`wrappers.collector.Collector` (an env passed in directly gets a one-slot
-    :class:`wrappers.envops.LocalCollector`): the episode asks it for resets, steps and restores and never touches
-    an env object, so the env may live in another process. Reflect-retry and other wrappers can drive it
-    directly: ``prompt()`` gives the next prompt ids, and ``apply(generation)`` /
-    ``apply_choice(action, ids, logprobs)`` play the turn.
+    :class:`wrappers.local_collector.LocalCollector`): the episode asks it for resets, steps and restores and
+    never touches an env object, so the env may live in another process.
+
+    The turn API, for any driver (:func:`wrappers.rollout.play`, :func:`wrappers.expert.play_plans`,
+    reflect-retry): :meth:`prompt` gives the next prompt ids and :meth:`fits` checks a reply still fits;
+    :meth:`apply` (a generation) or :meth:`apply_choice` (a reply written around the policy's choice) play a whole
+    turn. To overlap the env calls of many episodes, a turn is played in three parts: :meth:`begin_reply` or
+    :meth:`begin_choice`, :meth:`submit_step`, :meth:`record_outcome`. :meth:`end` ends an episode early.
     """
 
     def __init__(
@@ -99,7 +99,7 @@ class AgentEpisode:
         seed: int | None = None,
         task_id: str | None = None,
     ):
-        collector = LocalCollector([env], workers=1)
+        collector, _ = as_collector([env], workers=1)
         self._setup(collector, 0, policy, config)
         started = collector.reset(0, seed=seed, task_id=task_id, checkpoint=config.keep_checkpoints)
         self._open(collector.gather([started])[0], seed)
@@ -117,7 +117,7 @@ class AgentEpisode:
         """Start one episode per env (or per collector slot ``0..len(seeds)-1``), as
         ``AgentEpisode(env, ..., seed=s, task_id=t)`` does, with the resets running (in ``config.env_workers``
         threads for env instances) while the first prompts are tokenised here."""
-        collector, slots = _slots(envs, len(seeds), config)
+        collector, slots = episode_slots(envs, len(seeds), config)
         if len(task_ids) != len(slots):
             raise ValueError(f"{len(slots)} envs but {len(seeds)} seeds and {len(task_ids)} task ids")
         episodes = [cls._blank(collector, slot, policy, config) for slot in slots]
@@ -146,19 +146,18 @@ class AgentEpisode:
 
     def _setup(self, collector: Collector, slot: int, policy: Policy, config: RolloutConfig) -> None:
         self.collector, self.env_slot, self.policy, self.config = collector, slot, policy, config
-        self.profile = collector.profile()
-        template = config.template or FAMILIES[self.profile.prompt_family]
+        self.made_env = collector.made_env()
+        template = config.template or family_template(self.made_env.info.prompt_family)
         if config.direct:  # the reply starts at the action: no reasoning part to ask for
             template = replace(template, answer=replace(template.answer, think_tag=None))
         self.template = template
         self.system = self.template.system()
-        self.max_turns = config.max_turns or self.profile.max_turns or DEFAULT_MAX_TURNS
+        self.max_turns = config.max_turns or self.made_env.max_turns or DEFAULT_MAX_TURNS
         self.done = False
-        self._ending: str | None = None  # why the episode ends after the turn being played, once the env said
 
     def _new_trajectory(self, seed: int | None) -> Trajectory:
         return Trajectory(
-            env_id=self.profile.env_id,
+            env_id=self.made_env.env_id,
             task_id=self.info["task_id"],
             task=self.info["task"],
             metadata={
@@ -213,7 +212,7 @@ class AgentEpisode:
         ``0..len(bases)-1``; any slot restores any checkpoint, the one that played the base fastest): the restores
         (a verified replay can take a while) run while the prefixes are rebuilt here; the episodes are the same."""
         guidances = list(guidances) if guidances is not None else [None] * len(bases)
-        collector, slots = _slots(envs, len(bases), config, slots)
+        collector, slots = episode_slots(envs, len(bases), config, slots)
         if not len(slots) == len(bases) == len(pivots) == len(guidances):
             raise ValueError(f"{len(slots)} envs, {len(bases)} bases, {len(pivots)} pivots, {len(guidances)} guidances")
         episodes = [cls._resumable(collector, slot, policy, config, b, p) for slot, b, p in zip(slots, bases, pivots)]
@@ -264,7 +263,14 @@ class AgentEpisode:
 
     @property
     def admissible(self) -> list[str] | None:
+        """The admissible actions the env lists for the next turn (``None``: it lists none)."""
         return self.info.get("admissible_actions")
+
+    @property
+    def origin(self) -> tuple[Any, ...]:
+        """What fixes this episode (its reset seed and task, or its base, pivot and guidance), as plain values:
+        a seeded driver derives the trajectory's id from it (:func:`wrappers.data.new_id`)."""
+        return self._origin
 
     @property
     def constrained(self) -> bool:
@@ -311,7 +317,7 @@ class AgentEpisode:
         """Context-length guard: does a reply of ``new_tokens`` still fit after ``prompt``?"""
         if len(prompt) + new_tokens <= self.policy.max_context:
             return True
-        self._finish("context_length")
+        self.end("context_length")
         logger.info(
             "%s task %s: stopped at turn %d, the context (%d tokens + %d new) exceeds max_context %d",
             self.trajectory.env_id,
@@ -326,7 +332,7 @@ class AgentEpisode:
     # ------------------------------------------------------------------ playing a turn
     def apply(self, generation: Generation, prompt: Sequence[int] | None = None) -> Turn:
         """Play a free-text generation: parse it, step the env (or explain the parse failure), record it."""
-        return self._complete(self._begin_free(generation, prompt))
+        return self._complete(self.begin_reply(generation, prompt))
 
     def apply_choice(
         self,
@@ -343,31 +349,63 @@ class AgentEpisode:
         the chosen tokens in ``token_ids`` (``None``: all of them; see :attr:`wrappers.data.Turn.sampled`), and
         ``finish_reason`` is the generation's when the policy sampled a slot (``"length"``: cut at the cap)."""
         return self._complete(
-            self._begin_choice(action, token_ids, logprobs, prompt, sampled=sampled, finish_reason=finish_reason)
+            self.begin_choice(action, token_ids, logprobs, prompt, sampled=sampled, finish_reason=finish_reason)
         )
 
-    # A turn is played in three parts so that :func:`play` can run the env part of a whole round concurrently:
-    # ``_begin_*`` (calling thread: the record and the generated tokens), ``_act`` (the env call, submitted to the
-    # collector), ``_record`` + ``_end`` (calling thread: the outcome, then the next user turn's tokens or the end).
+    # A turn is played in three parts so that a driver (:func:`wrappers.rollout.play`) can run the env part of a
+    # whole round concurrently: ``begin_reply``/``begin_choice`` (calling thread: the record and the generated
+    # tokens), ``submit_step`` (the env call, submitted to the collector), ``record_outcome`` (calling thread: the
+    # outcome, then the next user turn's tokens or the end). ``apply``/``apply_choice`` do all three at once.
     def _complete(self, turn: Turn) -> Turn:
-        act = self._act(turn)
-        self._record(turn, None if act is None else self.collector.gather([act])[0])._end()
+        step = self.submit_step(turn)
+        self.record_outcome(turn, None if step is None else self.collector.gather([step])[0])
         return turn
 
-    def _begin_free(self, generation: Generation, prompt: Sequence[int] | None) -> Turn:
+    def begin_reply(self, generation: Generation, prompt: Sequence[int] | None = None) -> Turn:
+        """Start a turn from a free-text generation: parse its action and add its tokens to the sequence.
+
+        Args:
+            generation: the policy's reply to :meth:`prompt`.
+            prompt: the prompt ids it was generated from (recorded with a windowed history; default
+                :meth:`prompt`).
+
+        Returns:
+            The turn, not yet recorded: pass it to :meth:`submit_step`, then :meth:`record_outcome`.
+
+        Raises:
+            RuntimeError: the episode has ended.
+        """
         parsed = parse_reply(generation.text, self.template.answer)
         return self._begin(generation, parsed.action, parsed.error, prompt, constrained=False)
 
-    def _begin_choice(
+    def begin_choice(
         self,
         action: str,
         token_ids: Sequence[int],
         logprobs: Sequence[float],
-        prompt,
+        prompt: Sequence[int] | None = None,
         *,
         sampled: tuple[int, int] | None = None,
         finish_reason: FinishReason = "stop",
     ) -> Turn:
+        """Start a turn whose reply the rollout wrote around the policy's choice (an admissible action chosen in
+        constrained mode, a filled placeholder, an expert's action), as :meth:`begin_reply` does for free text.
+
+        Args:
+            action: the action the reply says.
+            token_ids: the reply's tokens.
+            logprobs: the policy's log-prob of each of them, in this turn's context.
+            prompt: as for :meth:`begin_reply`.
+            sampled: ``[start, end)`` of the tokens the policy chose (``None``: all of them;
+                :attr:`wrappers.data.Turn.sampled`).
+            finish_reason: the generation's, when the policy sampled a placeholder (``"length"``: cut at the cap).
+
+        Returns:
+            The turn, not yet recorded: pass it to :meth:`submit_step`, then :meth:`record_outcome`.
+
+        Raises:
+            RuntimeError: the episode has ended.
+        """
         generation = Generation(self.policy.decode(token_ids), list(token_ids), list(logprobs), finish_reason)
         return self._begin(generation, action, None, prompt, constrained=True, sampled=sampled)
 
@@ -406,16 +444,26 @@ class AgentEpisode:
             turn.prompt_ids = list(prompt) if prompt is not None else self.prompt()
         return turn
 
-    def _act(self, turn: Turn) -> Future[StepResult] | None:
-        """Submit the env step of the turn's action (``None``: no usable action, the env is not stepped); the
-        collector checkpoints after it when checkpoints are kept and the episode can go on."""
+    def submit_step(self, turn: Turn) -> Future[StepResult] | None:
+        """Submit the env step of a begun turn's action to the episode's collector; the collector checkpoints
+        after it when checkpoints are kept and the episode can go on.
+
+        Returns:
+            The step's future, or ``None`` when the turn has no usable action (the env is not stepped).
+        """
         if turn.action is None:
             return None
         keep = self.config.keep_checkpoints and len(self.trajectory.turns) + 1 < self.max_turns
         return self.collector.step(self.env_slot, turn.action, checkpoint=keep)
 
-    def _record(self, turn: Turn, result: StepResult | None) -> AgentEpisode:
-        """Record the step's outcome (or the parse failure's feedback) and decide whether the episode ends."""
+    def record_outcome(self, turn: Turn, result: StepResult | None) -> None:
+        """Finish a begun turn on the calling thread: record the env step's outcome (or, with ``result=None``, the
+        parse failure's feedback), then end the episode or add the next user message.
+
+        Args:
+            turn: the turn from :meth:`begin_reply` or :meth:`begin_choice`.
+            result: its :meth:`submit_step`'s result, or ``None`` when that returned ``None``.
+        """
         if result is None:
             # The env is not stepped: its state stays exactly as it was (so does its checkpoint) and the agent is
             # told what was wrong.
@@ -431,27 +479,26 @@ class AgentEpisode:
             self._checkpoint = result.checkpoint if self.config.keep_checkpoints else None
         self.trajectory.turns.append(turn)
         self._shown.append(shown)
+        ending: str | None  # why the episode ends after this turn
         if turn.terminated:
-            self._ending = "terminated"
+            ending = "terminated"
         elif turn.truncated:
-            self._ending = "truncated"
+            ending = "truncated"
         elif len(self.trajectory.turns) >= self.max_turns:
-            self._ending = "max_turns"
+            ending = "max_turns"
         else:
-            self._ending = None
-        return self
-
-    def _end(self) -> None:
-        if self._ending is not None:
-            self._finish(self._ending)
+            ending = None
+        if ending is not None:
+            self.end(ending)
         elif self.config.history is None:
             self._sequence.add_user(self._shown[-1])
             if self._context is not None:
                 self._context.add_user(self._shown[-1])
 
-    def _finish(self, reason: str) -> None:
-        """Store the training sequence and the verdict. The sequence ends with the last reply: a user turn after
-        it (added for a next turn that did not fit the context) is not stored, so it never exceeds max_context."""
+    def end(self, reason: str) -> None:
+        """End the episode now: store the training sequence and the verdict, with ``reason`` as its
+        ``stop_reason``. The sequence ends with the last reply: a user turn after it (added for a next turn that
+        did not fit the context) is not stored, so it never exceeds max_context."""
         traj = self.trajectory
         own = 0  # where the replies generated from this very context start
         if not traj.turns:  # stopped before a first reply: nothing was generated, nothing to train
@@ -473,11 +520,22 @@ class AgentEpisode:
         self.done = True
 
 
-def _slots(
+def episode_slots(
     envs: Sequence[gym.Env] | Collector, n: int, config: RolloutConfig, slots: Sequence[int] | None = None
 ) -> tuple[Collector, list[int]]:
-    """The collector and slots of ``n`` episodes: a collector's ``slots`` (default ``0..n-1``), or env instances as
-    the slots of a :class:`LocalCollector` with ``config.env_workers`` threads."""
+    """The collector and env slots that ``n`` episodes play on.
+
+    Args:
+        envs: a collector, or ``n`` env instances (they become the slots of a collector made here with
+            :func:`wrappers.local_collector.as_collector`, ``config.env_workers`` threads at most; it is the
+            caller's to close, and closing it leaves the envs open).
+        n: how many episodes.
+        config: the episodes' config (its ``env_workers``).
+        slots: with a collector, its ``n`` distinct slots (default ``0..n-1``); not allowed with env instances.
+
+    Raises:
+        ValueError: the counts disagree, a slot repeats, or ``slots`` is given with env instances.
+    """
     if isinstance(envs, Collector):
         slots = list(range(n)) if slots is None else list(slots)
         if len(slots) != n or len(set(slots)) != n:
@@ -488,4 +546,5 @@ def _slots(
     envs = list(envs)
     if len(envs) != n:
         raise ValueError(f"{len(envs)} envs for {n} episodes")
-    return LocalCollector(envs, workers=max(1, min(config.env_workers, len(envs)))), list(range(n))
+    collector, _ = as_collector(envs, workers=max(1, min(config.env_workers, len(envs))))
+    return collector, list(range(n))

@@ -34,12 +34,20 @@ import r3l_envs
 from wrappers.chat import chosen_span, end_of_turn_id
 from wrappers.collector import Collector
 from wrappers.data import Trajectory, new_id
-from wrappers.episode import AgentEpisode, RolloutConfig, _slots
+from wrappers.episode import AgentEpisode, RolloutConfig, episode_slots
 from wrappers.oracle import expert_plan
 from wrappers.policy import Generation, Policy
-from wrappers.rollout import _Round, written_around
+from wrappers.rollout import RoundSteps, written_around
 
-__all__ = ["EXPERT_KIND", "PLAN_END", "NoExpertPlanError", "expert_plans", "expert_rollouts", "require_expert"]
+__all__ = [
+    "EXPERT_KIND",
+    "PLAN_END",
+    "NoExpertPlanError",
+    "expert_plans",
+    "expert_rollouts",
+    "play_plans",
+    "require_expert",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +72,7 @@ def require_expert(collector: Collector) -> None:
     env, wherever it lives)."""
     (declares,) = collector.gather([collector.call(0, _declares_expert)])
     if not declares:
-        env_id = collector.profile().env_id
+        env_id = collector.made_env().env_id
         raise NoExpertPlanError(
             f"{env_id} declares no expert plan (it does not implement TextEnv.expert_actions), so expert "
             "demonstrations cannot be played: use an env that has one (TextWorld, ALFWorld, ScienceWorld, WebShop, "
@@ -86,7 +94,7 @@ def expert_plans(collector: Collector, task_ids: Sequence[str]) -> dict[str, lis
         if not plan:
             why = "declares no expert" if plan is None else "gives an empty plan"
             raise NoExpertPlanError(
-                f"{collector.profile().env_id} {why} for task {task!r}: no expert demonstration can be played"
+                f"{collector.made_env().env_id} {why} for task {task!r}: no expert demonstration can be played"
             )
         out[task] = list(plan)
     return out
@@ -125,7 +133,7 @@ def expert_rollouts(
         raise ValueError(f"{len(task_ids)} task ids but {len(seeds)} seeds")
     if not task_ids:
         return []
-    collector, _ = _slots(envs, len(task_ids), config)
+    collector, _ = episode_slots(envs, len(task_ids), config)
     try:
         if plans is None:
             plans = expert_plans(collector, task_ids)
@@ -137,19 +145,34 @@ def expert_rollouts(
             ep.trajectory.kind = EXPERT_KIND
             ep.trajectory.metadata["expert_plan"] = list(plans[ep.trajectory.task_id])
             if seed is not None:
-                ep.trajectory.id = new_id("expert", seed, i, *ep._origin)
-        _play(episodes, [list(plans[t]) for t in task_ids], policy, config, collector)
+                ep.trajectory.id = new_id("expert", seed, i, *ep.origin)
+        play_plans(episodes, [list(plans[t]) for t in task_ids], policy, config, collector)
         return [ep.trajectory for ep in episodes]
     finally:
         if collector is not envs:  # made here for the given envs: release its threads (the envs stay open)
             collector.close()
 
 
-def _play(
-    episodes: Sequence[AgentEpisode], plans: Sequence[list[str]], policy: Policy, config: RolloutConfig, collector
+def play_plans(
+    episodes: Sequence[AgentEpisode],
+    plans: Sequence[list[str]],
+    policy: Policy,
+    config: RolloutConfig,
+    collector: Collector,
 ) -> None:
-    """Round after round: every running episode's next plan action as a reply, all scored in one call, their env
-    steps run together (as :func:`wrappers.rollout.play` does with generations)."""
+    """Play started episodes to the end with each one's plan as the agent's replies (see the module docstring).
+
+    Round after round: every running episode's next plan action as a reply, all scored in one call, their env
+    steps run together (as :func:`wrappers.rollout.play` does with generations). An episode whose plan runs out
+    ends with :data:`PLAN_END`.
+
+    Args:
+        episodes: started episodes (fresh or resumed), all on ``collector``.
+        plans: each episode's actions, from its first turn (turn ``i`` plays ``plan[i]``).
+        policy: whose tokenizer writes the replies and whose ``score`` gives their log-probs.
+        config: the episodes' config (constrained mode, ``stop_at_action``).
+        collector: the collector the episodes play on.
+    """
     eot = end_of_turn_id(policy)
     while True:
         turns = []
@@ -158,7 +181,7 @@ def _play(
                 continue
             step = len(ep.trajectory.turns)
             if step >= len(plan):
-                ep._finish(PLAN_END)
+                ep.end(PLAN_END)
                 continue
             action, chosen = _as_agent(ep, plan[step])
             ends = chosen or config.constrained or not config.stop_at_action
@@ -169,14 +192,14 @@ def _play(
         if not turns:  # every episode has ended (a plan's end or a full context ends it above)
             return
         scores = policy.score([prompt for _, prompt, *_ in turns], [ids for *_, ids, _ in turns])
-        steps = _Round(collector)
+        steps = RoundSteps(collector)
         try:
             for (ep, prompt, action, ids, chosen), logprobs in zip(turns, scores, strict=True):
                 if chosen:  # written as a constrained choice is: only the action's tokens carry loss
                     sampled = chosen_span(ids, *written_around(policy, ep.template.answer, "", "", eot))
-                    turn = ep._begin_choice(action, ids, logprobs, prompt, sampled=sampled)
+                    turn = ep.begin_choice(action, ids, logprobs, prompt, sampled=sampled)
                 else:
-                    turn = ep._begin_free(Generation(policy.decode(ids), list(ids), list(logprobs), "stop"), prompt)
+                    turn = ep.begin_reply(Generation(policy.decode(ids), list(ids), list(logprobs), "stop"), prompt)
                     if turn.action != action:
                         logger.warning("expert action %r reads back as %r from its reply", action, turn.action)
                 steps.act(ep, turn)
@@ -205,3 +228,7 @@ def _as_agent(ep: AgentEpisode, action: str) -> tuple[str, bool]:
 
 def _normal(text: str) -> str:
     return " ".join(text.lower().split())
+
+
+# Temporary: r3l_learn/warmup.py imports ``_play`` until its import reads ``play_plans``; delete with that edit.
+_play = play_plans

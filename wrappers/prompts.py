@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import gymnasium as gym
 
 import r3l_envs
 from wrappers.parsing import AnswerFormat
 
-__all__ = ["FAMILIES", "PromptTemplate", "template_for"]
+__all__ = ["FAMILIES", "PromptTemplate", "family_template", "template_for"]
 
 # Long admissible lists (ScienceWorld enumerates thousands) would swamp a small context: show a prefix.
 _MAX_LISTED = 60
@@ -132,10 +133,20 @@ def template_for(env: gym.Env | str | None, answer: AnswerFormat | None = None) 
         family = "generic"
     else:
         family = r3l_envs.env_info(env).prompt_family
+    template = family_template(family, declared_by=env)
+    return template if answer is None else replace(template, answer=answer)
+
+
+def family_template(family: str, *, declared_by: Any = None) -> PromptTemplate:
+    """The template of prompt family ``family`` (a key of :data:`FAMILIES`).
+
+    Raises:
+        ValueError: ``family`` is not in :data:`FAMILIES` (``declared_by``, the env that declares it, is named).
+    """
     if family not in FAMILIES:
+        who = "an env" if declared_by is None else repr(declared_by)
         raise ValueError(
-            f"{env!r} declares prompt family {family!r}, which wrappers.prompts.FAMILIES does not have "
+            f"{who} declares prompt family {family!r}, which wrappers.prompts.FAMILIES does not have "
             f"({', '.join(sorted(FAMILIES))}): declare one of those, or add a PromptTemplate for it to FAMILIES"
         )
-    template = FAMILIES[family]
-    return template if answer is None else replace(template, answer=answer)
+    return FAMILIES[family]

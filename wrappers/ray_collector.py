@@ -21,6 +21,7 @@ results are those of an undisturbed run. A call is tried at most ``1 + max_retri
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import logging
 import math
@@ -34,8 +35,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from r3l_envs import EnvInfo
 from r3l_envs.checkpoint import Checkpoint
-from wrappers.collector import EnvProfile, ResetResult, StepResult, gather_futures
+from wrappers.collector import MadeEnv, ResetResult, StepResult, describe_env, gather_futures, reset_env, step_env
 
 __all__ = ["RayCollector", "WorkerLostError", "connect", "make_ray_collector", "require_ray"]
 
@@ -115,27 +117,18 @@ class _EnvWorker:
                 _replay(env, call)
         return env
 
-    def profile(self, slot: int, rebuild: Any = None) -> tuple[str, int | None, str]:
-        from wrappers.envops import env_profile
-
-        p = env_profile(self._env(slot, rebuild))
-        return p.env_id, p.max_turns, p.prompt_family
+    def made_env(self, slot: int, rebuild: Any = None) -> tuple[str, int | None, dict[str, Any]]:
+        made = describe_env(self._env(slot, rebuild))
+        return made.env_id, made.time_limit, dataclasses.asdict(made.info)
 
     def reset(self, slot: int, seed: int | None, task_id: str | None, rebuild: Any = None) -> tuple[Any, ...]:
-        import r3l_envs
-
-        env = self._env(slot, rebuild)
-        observation, info = env.reset(seed=seed, options={"task_id": task_id} if task_id is not None else None)
-        return observation, info, r3l_envs.checkpoint(env).to_bytes(key=self.key)  # always: the journal starts here
+        result = reset_env(self._env(slot, rebuild), seed, task_id, checkpoint=True)  # the journal starts here
+        return result.observation, result.info, result.checkpoint.to_bytes(key=self.key)
 
     def step(self, slot: int, action: str, checkpoint: bool, rebuild: Any = None) -> tuple[Any, ...]:
-        import r3l_envs
-
-        env = self._env(slot, rebuild)
-        observation, reward, terminated, truncated, info = env.step(action)
-        ended = terminated or truncated
-        after = r3l_envs.checkpoint(env).to_bytes(key=self.key) if checkpoint and not ended else None
-        return observation, float(reward), bool(terminated), bool(truncated), info, after
+        r = step_env(self._env(slot, rebuild), action, checkpoint)
+        after = r.checkpoint.to_bytes(key=self.key) if r.checkpoint is not None else None
+        return r.observation, r.reward, r.terminated, r.truncated, r.info, after
 
     def restore(self, slot: int, data: bytes, rebuild: Any = None) -> None:
         import r3l_envs
@@ -164,7 +157,13 @@ class _EnvWorker:
         self.envs.clear()
 
 
-_BATCHED_METHODS = frozenset({"profile", "reset", "step", "restore", "call"})
+_BATCHED_METHODS = frozenset({"made_env", "reset", "step", "restore", "call"})
+
+
+def _made_env_from_worker(result: tuple[str, int | None, dict[str, Any]]) -> MadeEnv:
+    """The :class:`MadeEnv` a worker described as plain data."""
+    env_id, time_limit, info = result
+    return MadeEnv(env_id, time_limit, EnvInfo(**info))
 
 
 def _replay(env: Any, call: tuple[Any, ...]) -> None:
@@ -277,7 +276,7 @@ class RayCollector:
         self._slots: dict[int, _Slot] = {}
         self._inflight: dict[int, _Op] = {}  # id(op) -> op, touched on the dispatcher thread only
         self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self._profile: EnvProfile | None = None
+        self._made_env: MadeEnv | None = None
         self._closed = False
         self._dispatcher = threading.Thread(target=self._dispatch, name="r3l-ray-dispatch", daemon=True)
         self._dispatcher.start()
@@ -298,11 +297,11 @@ class RayCollector:
         self.close()
 
     # ------------------------------------------------------------------ the Collector protocol
-    def profile(self) -> EnvProfile:
-        if self._profile is None:
-            future = self._submit(0, "profile", (), "profile on slot 0", lambda r: EnvProfile(*r))
-            self._profile = self.gather([future])[0]
-        return self._profile
+    def made_env(self) -> MadeEnv:
+        if self._made_env is None:
+            future = self._submit(0, "made_env", (), "made_env on slot 0", _made_env_from_worker)
+            self._made_env = self.gather([future])[0]
+        return self._made_env
 
     def reset(self, slot: int, *, seed: int | None, task_id: str | None, checkpoint: bool) -> Future[ResetResult]:
         def finish(result: tuple[Any, ...]) -> ResetResult:

@@ -20,7 +20,7 @@
 
 Batching and concurrency: generation (and all tokenising) happens on the calling thread, one batched call
 per round across every task's episodes; env calls (reset, restore, step, checkpoint) go to a
-:class:`wrappers.collector.Collector`: by default a :class:`wrappers.envops.LocalCollector` running them in
+:class:`wrappers.collector.Collector`: by default a :class:`wrappers.local_collector.LocalCollector` running them in
 ``rollout.env_workers`` threads, so K slow restores cost about one, not K; another backend (e.g. Ray actors) can
 be passed in instead of the env. The groups are bit-identical whatever the backend and ``env_workers`` are.
 ``max_envs`` caps the env instances (one per episode otherwise) by collecting in waves.
@@ -48,7 +48,7 @@ import numpy as np
 from wrappers.chat import replay
 from wrappers.collector import Collector
 from wrappers.data import Sample, Trajectory, TrajectoryGroup, new_id
-from wrappers.envops import as_collector
+from wrappers.local_collector import as_collector
 from wrappers.policy import Policy, SamplingParams
 from wrappers.reflection import Reflection, ReflectionRequest, Reflector
 from wrappers.rollout import AgentEpisode, RolloutConfig, play

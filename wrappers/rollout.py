@@ -22,7 +22,8 @@ import numpy as np
 from wrappers.chat import chosen_span, end_of_turn_id
 from wrappers.collector import Collector, StepResult
 from wrappers.data import Trajectory, Turn, new_id
-from wrappers.episode import DEFAULT_ENV_WORKERS, DEFAULT_MAX_TURNS, AgentEpisode, RolloutConfig, _slots
+from wrappers.episode import DEFAULT_MAX_TURNS, AgentEpisode, RolloutConfig, episode_slots
+from wrappers.local_collector import DEFAULT_ENV_WORKERS
 from wrappers.parsing import AnswerFormat
 from wrappers.policy import Policy
 
@@ -31,6 +32,7 @@ __all__ = [
     "DEFAULT_MAX_TURNS",
     "AgentEpisode",
     "RolloutConfig",
+    "RoundSteps",
     "play",
     "rollout",
     "rollout_batch",
@@ -53,9 +55,12 @@ def _collector_of(episodes: Sequence[AgentEpisode]) -> Collector:
     return episodes[0].collector
 
 
-class _Round:
-    """The env steps of one round: each submitted as soon as its turn is decided, recorded on the calling thread
-    as it returns (a turn without a usable action at once: its env is not stepped)."""
+class RoundSteps:
+    """The env steps of one round of turns on one collector: each submitted as soon as its turn is decided,
+    recorded on the calling thread as it returns (a turn without a usable action at once: its env is not stepped).
+
+    Use: :meth:`act` for every begun turn of the round, then :meth:`finish`; after a failure, :meth:`abandon`.
+    """
 
     def __init__(self, collector: Collector):
         self.collector = collector
@@ -63,17 +68,20 @@ class _Round:
         self._steps: list[Future[StepResult]] = []
 
     def act(self, episode: AgentEpisode, turn: Turn) -> None:
-        step = episode._act(turn)
+        """Submit the env step of ``episode``'s begun ``turn`` (:meth:`AgentEpisode.submit_step`)."""
+        step = episode.submit_step(turn)
         if step is None:
-            episode._record(turn, None)._end()
+            episode.record_outcome(turn, None)
         else:
             self._pending.append((episode, turn))
             self._steps.append(step)
 
     def finish(self) -> None:
+        """Wait for the round's env steps, recording each outcome on this thread as it arrives."""
+
         def record(i: int, result: StepResult) -> None:
             episode, turn = self._pending[i]
-            episode._record(turn, result)._end()
+            episode.record_outcome(turn, result)
 
         self.collector.gather(self._steps, then=record)
 
@@ -133,7 +141,7 @@ def rollout_batch(
     task_ids = list(task_ids) if task_ids is not None else [None] * n
     if len(seeds) != n or len(task_ids) != n:
         raise ValueError(f"{n} envs but {len(seeds)} seeds and {len(task_ids)} task ids")
-    collector, _ = _slots(envs, n, config)
+    collector, _ = episode_slots(envs, n, config)
     try:
         episodes = AgentEpisode.start_many(collector, policy, config, seeds=seeds, task_ids=task_ids)
         return play(episodes, policy, config, seed=seed, on_round=on_round)
@@ -166,7 +174,7 @@ def play(
     collector = _collector_of(episodes)
     if seed is not None:  # a seeded run gives the same ids again; otherwise they stay random
         for i, ep in enumerate(episodes):
-            ep.trajectory.id = new_id("play", seed, i, *ep._origin)
+            ep.trajectory.id = new_id("play", seed, i, *ep.origin)
     eot = end_of_turn_id(policy) if config.constrained or config.direct else None
     stop = config.sampling.stop + tuple(e.template.answer.stop for e in episodes if config.stop_at_action)
     round_index = 0
@@ -176,7 +184,7 @@ def play(
             break
         rseed = round_seed(seed, round_index)
         free, chosen, slotted = _sort(running, policy, config, eot)
-        steps = _Round(collector)
+        steps = RoundSteps(collector)
         try:
             _decide(free, chosen, slotted, policy, config, rseed, eot, stop, steps)
             steps.finish()
@@ -211,13 +219,13 @@ def _sort(running: Sequence[AgentEpisode], policy: Policy, config: RolloutConfig
     return free, chosen, slotted
 
 
-def _decide(free, chosen, slotted, policy, config, rseed, eot, stop, steps: _Round) -> None:
+def _decide(free, chosen, slotted, policy, config, rseed, eot, stop, steps: RoundSteps) -> None:
     """Generate (free text), score (constrained) or fill slots for one round's episodes, submitting each env step
     as soon as its turn is decided, so the envs of one kind step while the next kind generates."""
     if free:
         params = replace(config.sampling, seed=rseed, stop=tuple(dict.fromkeys(stop)))
         for (ep, prompt), gen in zip(free, policy.generate([p for _, p in free], params)):
-            steps.act(ep, ep._begin_free(gen, prompt))
+            steps.act(ep, ep.begin_reply(gen, prompt))
     if chosen:  # the free episodes' envs step meanwhile
         pairs = [(prompt, c) for _, prompt, cands in chosen for c in cands]
         scores = policy.score([p for p, _ in pairs], [c for _, c in pairs])
@@ -230,7 +238,7 @@ def _decide(free, chosen, slotted, policy, config, rseed, eot, stop, steps: _Rou
             # Choosing the action by its log-likelihood is the policy's choice: the action's own tokens keep
             # agent_mask 1; the tags and end-of-turn token written around it do not (Turn.sampled).
             sampled = chosen_span(cands[i], *written_around(policy, ep.template.answer, "", "", eot))
-            steps.act(ep, ep._begin_choice(ep.admissible[i], cands[i], mine[i], prompt, sampled=sampled))
+            steps.act(ep, ep.begin_choice(ep.admissible[i], cands[i], mine[i], prompt, sampled=sampled))
     if slotted:
         _fill_slots(slotted, policy, config, rseed, eot, steps)
 
@@ -241,7 +249,7 @@ def _fill_slots(
     config: RolloutConfig,
     seed: int | None,
     eot: int | None,
-    steps: _Round,
+    steps: RoundSteps,
 ) -> None:
     """Slot turns (see :attr:`AgentEpisode.slot`): the policy continues the reply's fixed head (e.g.
     ``<action>search[``) up to the first character of what follows the slot (``]``); the reply is the action with
@@ -263,7 +271,7 @@ def _fill_slots(
         replies.append((ep, prompt, action, ids, sampled, gen.finish_reason))
     scores = policy.score([r[1] for r in replies], [r[3] for r in replies])
     for (ep, prompt, action, ids, sampled, finish), lp in zip(replies, scores, strict=True):
-        steps.act(ep, ep._begin_choice(action, ids, lp, prompt, sampled=sampled, finish_reason=finish))
+        steps.act(ep, ep.begin_choice(action, ids, lp, prompt, sampled=sampled, finish_reason=finish))
 
 
 def written_around(policy: Policy, answer: AnswerFormat, before: str, after: str, eot: int | None) -> tuple[list, list]:

@@ -11,8 +11,8 @@ import r3l_envs
 from r3l_envs import Checkpoint
 from r3l_envs.errors import EnvClosedError
 from wrappers import RolloutConfig
-from wrappers.collector import Collector, ResetResult, StepResult
-from wrappers.envops import LocalCollector, env_profile
+from wrappers.collector import Collector, ResetResult, StepResult, describe_env
+from wrappers.local_collector import LocalCollector
 from wrappers.oracle import OracleReflector
 from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
 from wrappers.reflection import PolicyReflector
@@ -55,8 +55,8 @@ class SequentialCollector:
     def _travel(ckpt):
         return None if ckpt is None else Checkpoint.from_bytes(ckpt.to_bytes())
 
-    def profile(self):
-        return env_profile(self._env(0))
+    def made_env(self):
+        return describe_env(self._env(0))
 
     def reset(self, slot, *, seed, task_id, checkpoint):
         self.calls.append(("reset", slot))
@@ -242,7 +242,7 @@ def test_local_collector_leaves_given_envs_open_and_closes_what_it_made():
     given[1].step("left")  # still open
     made = LocalCollector("r3ltest/Corridor-v0", workers=1)
     env = made.local_env(3)
-    assert len(made) == 4 and made.profile().env_id == "r3ltest/Corridor-v0"
+    assert len(made) == 4 and made.made_env().env_id == "r3ltest/Corridor-v0"
     made.close()
     with pytest.raises(EnvClosedError):
         env.reset()

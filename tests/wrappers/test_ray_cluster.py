@@ -5,7 +5,7 @@ Ray instance of its own, apart from test_ray_collector.py's local one."""
 
 import pytest
 
-from wrappers.envops import LocalCollector
+from wrappers.local_collector import LocalCollector
 
 ray = pytest.importorskip("ray", reason='the ray extra is not installed (pip install -e ".[ray]")')
 pytest.importorskip("transformers")

@@ -16,7 +16,7 @@ import pytest
 
 from wrappers import RolloutConfig
 from wrappers.collector import Collector
-from wrappers.envops import LocalCollector
+from wrappers.local_collector import LocalCollector
 from wrappers.oracle import expert_plan
 from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
 from wrappers.reflection import PolicyReflector
