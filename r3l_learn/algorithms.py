@@ -41,8 +41,35 @@ import torch
 
 from r3l_learn.advantages import ADVANTAGES
 from r3l_learn.losses import OBJECTIVES
+from r3l_learn.registry import Choices
 
-__all__ = ["ALGORITHMS", "ABLATIONS", "Algorithm", "hyperparameter_help", "resolve_algorithm"]
+__all__ = [
+    "ALGORITHMS",
+    "ABLATIONS",
+    "RESTARTS",
+    "Algorithm",
+    "RestartProperties",
+    "hyperparameter_help",
+    "resolve_algorithm",
+]
+
+
+@dataclass(frozen=True)
+class RestartProperties:
+    """Where a reflect-retry group's retries start.
+
+    Attributes:
+        at_pivot: a retry restores the base's checkpoint at the pivot turn and replays nothing before it (else it
+            plays the episode again from turn 0, with the same guidance).
+    """
+
+    at_pivot: bool = False
+
+
+#: ``Algorithm.restart``'s values (:class:`wrappers.ReflectRetryConfig` reads the name)
+RESTARTS = Choices("restart point", RestartProperties)
+RESTARTS.add("pivot", "a retry restores the pivot turn's checkpoint (R³L)", at_pivot=True)
+RESTARTS.add("scratch", "a retry replays the episode from turn 0 with the same guidance (Reflect-GRPO style)")
 
 
 @dataclass(frozen=True)
@@ -58,7 +85,8 @@ class Algorithm:
         objective: a name in :data:`r3l_learn.losses.OBJECTIVES`.
         reflect_retry: build groups with :class:`wrappers.ReflectRetry` (else N independent rollouts).
         pivotal_credit: reflect-retry groups mask the agent tokens before the pivot (pivotal credit).
-        restart: where retries start: ``"pivot"`` (R³L) or ``"scratch"`` (turn 0, the same guidance).
+        restart: where retries start, a row of :data:`RESTARTS`: ``"pivot"`` (R³L) or ``"scratch"`` (turn 0, the
+            same guidance).
         aux_samples: train on the auxiliary reflection / guided-retry samples (SFT, weight ``aux_weight``).
         kl_coef: default weight of the KL penalty to the initial policy (the run's config may override it).
         aux_weight: λ of the auxiliary SFT term: a number, or the name of the hyperparameter it follows (R³L
@@ -79,6 +107,7 @@ class Algorithm:
     extra_hyper: Mapping[str, Any] = field(default_factory=dict, hash=False)  # a dict: Algorithm stays hashable
 
     def __post_init__(self) -> None:
+        RESTARTS.check(self.restart)
         declared = self.hyperparameters  # unknown part names and conflicting defaults fail here
         if isinstance(self.aux_weight, str) and self.aux_weight not in declared:
             raise ValueError(

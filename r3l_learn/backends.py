@@ -1,9 +1,13 @@
 """Which engine plays a training run's rollouts: ``rollout_backend="auto"`` resolved by a small cost model.
 
+The backends are the rows of :data:`ROLLOUT_BACKENDS`, each with its properties (:class:`RolloutBackendProperties`):
+the config validates a run's choice against them, and ``r3l train --rollout-backend`` takes its choices and help
+from them.
+
 vLLM collects faster than HF transformers, but it costs an engine start and, after every optimiser step, a push
 of the learner's weights into the engine; HF rollouts share the trained model and cost neither. ``auto`` picks
-vLLM only where the measurements that ship with the repo (``benchmarks/results/vllm_cpu.json``, written by
-``benchmarks/vllm_cpu.py``) say it finishes the run's rollouts sooner, fixed costs included:
+vLLM only where the measurements that ship with the package (:data:`MEASURED`, from ``benchmarks/vllm_cpu.py``)
+say it finishes the run's rollouts sooner, fixed costs included:
 
     vLLM:  engine start + steps × weight push + trajectories × (vLLM s per trajectory) × margin
     HF:    trajectories × (HF s per trajectory)
@@ -29,10 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from r3l_learn.registry import Choices
+
 __all__ = [
-    "MEASUREMENTS",
+    "MEASURED",
     "ROLLOUT_BACKENDS",
     "BackendChoice",
+    "RolloutBackendProperties",
     "RunShape",
     "choose_backend",
     "load_measurements",
@@ -43,10 +50,72 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+
+@dataclass(frozen=True)
+class RolloutBackendProperties:
+    """What a run must know about a rollout backend.
+
+    Attributes:
+        engine: a separate inference engine plays the episodes and receives the learner's weights after every
+            update (else the trained model plays them itself).
+        merges_adapters: it can play a model trained with LoRA adapters (an engine receives full state dicts).
+        ray_generation: generation may move to a Ray actor (``ray_generation``), which plays an HF copy.
+        resolved: it stands for another backend, picked per run by this module's cost model.
+    """
+
+    engine: bool = False
+    merges_adapters: bool = True
+    ray_generation: bool = True
+    resolved: bool = False
+
+
 #: ``TrainConfig.rollout_backend``'s values: the two engines, or ``auto`` (this module's choice)
-ROLLOUT_BACKENDS = ("hf", "vllm", "auto")
-#: the measurements ``auto`` reads (a source checkout's; an installed wheel has none, and resolves to hf)
-MEASUREMENTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "vllm_cpu.json"
+ROLLOUT_BACKENDS = Choices("rollout backend", RolloutBackendProperties)
+ROLLOUT_BACKENDS.add("hf", "rollouts share the trained model (HF transformers)")
+ROLLOUT_BACKENDS.add(
+    "vllm",
+    "a vLLM engine plays and gets each update (full fine-tuning only)",
+    engine=True,
+    merges_adapters=False,
+    ray_generation=False,
+)
+ROLLOUT_BACKENDS.add(
+    "auto",
+    "vLLM where the shipped measurements say it finishes this run's rollouts sooner, engine start and weight "
+    "pushes included, else hf (always hf without vLLM installed)",
+    resolved=True,
+)
+
+#: The measurements ``auto`` reads: what the cost model needs of ``benchmarks/vllm_cpu.py``'s run (its
+#: ``benchmarks/results/vllm_cpu.json``; benchmarks/RESULTS.md discusses it) with smollm2-135m-instruct in bf16 on
+#: a CPU with native bf16 (avx512_bf16), batch 8: free-text Countdown (up to 96 new tokens a turn) and constrained
+#: TextWorld (4 turns). Kept here, not read from the repository, so an installed package decides alike; a rerun of
+#: the benchmark updates both (tests/r3l_learn/test_backends.py checks that they agree).
+MEASURED: dict[str, Any] = {
+    "rows": [
+        {
+            "task": "countdown (free text)",
+            "batch": 8,
+            "wall_s_hf": 6.925203034999868,
+            "tokens_hf": 344,
+            "turns_hf": 8,
+            "wall_s_vllm": 1.383975322999504,
+        },
+        {
+            "task": "textworld (constrained)",
+            "batch": 8,
+            "wall_s_hf": 96.64159322500018,
+            "tokens_hf": 169,
+            "turns_hf": 16,
+            "wall_s_vllm": 60.52896003600017,
+        },
+    ],
+    "engine_start_s": 9.50420320000012,
+    "hf_load_s": 3.136824911000076,
+    "weight_push_s": 1.6262265160003153,
+    "dtype": "bfloat16",
+    "cpu": "native bf16 (avx512_bf16)",
+}
 #: vLLM's per-trajectory seconds are multiplied by this before comparing: measured on this CPU kind, on another
 SAME_CPU_MARGIN, OTHER_CPU_MARGIN = 1.1, 2.0
 #: which measured task stands for each action mode (direct replies are generated, like free text)
@@ -80,8 +149,9 @@ def vllm_importable() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def load_measurements(path: Path = MEASUREMENTS) -> dict[str, Any] | None:
-    """The saved ``benchmarks/vllm_cpu.py`` results, or None where there are none (or they do not parse)."""
+def load_measurements(path: Path) -> dict[str, Any] | None:
+    """``benchmarks/vllm_cpu.py`` results saved at ``path`` (to decide by another run than :data:`MEASURED`), or
+    None where there are none (or they do not parse)."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -115,7 +185,7 @@ def choose_backend(
 
     Args:
         shape: the run.
-        measured: ``benchmarks/vllm_cpu.py``'s saved results (None: none).
+        measured: ``benchmarks/vllm_cpu.py``'s results (:data:`MEASURED`; None: none).
         vllm_available: whether vLLM can be imported here.
         cpu: this machine's :func:`r3l_learn.device.cpu_kind`, compared with the one the numbers were measured on.
     """
@@ -156,13 +226,17 @@ def _timed(row: Mapping[str, Any]) -> bool:
 _LOGGED: set[tuple[RunShape, str]] = set()
 
 
-def resolve_rollout_backend(fields: Mapping[str, Any], measurements: Path = MEASUREMENTS) -> str:
-    """``fields["rollout_backend"]`` itself, or for ``auto`` the :func:`choose_backend` pick, logged once per run
-    shape. ``fields``: TrainConfig fields (``TrainConfig.to_dict()`` or the learning study's cell)."""
-    backend = fields.get("rollout_backend", "hf")
-    if backend not in ROLLOUT_BACKENDS:
-        raise ValueError(f"rollout_backend must be one of {ROLLOUT_BACKENDS}, got {backend!r}")
-    if backend != "auto":
+def resolve_rollout_backend(fields: Mapping[str, Any], measurements: Mapping[str, Any] | Path | None = None) -> str:
+    """``fields["rollout_backend"]`` itself, or for a resolved one (``auto``) the :func:`choose_backend` pick,
+    logged once per run shape. ``fields``: TrainConfig fields (``TrainConfig.to_dict()`` or the learning study's
+    cell); ``measurements``: :data:`MEASURED` (None), or other results or the path of a saved file of them.
+
+    Raises:
+        UnknownChoiceError: an unknown backend (a ``ValueError``; the message lists the known ones).
+    """
+    backend = ROLLOUT_BACKENDS.check(fields.get("rollout_backend", "hf"))
+    measurements = MEASURED if measurements is None else measurements
+    if not ROLLOUT_BACKENDS[backend].resolved:
         return backend
     shape = run_shape(fields)
     if fields.get("lora_rank"):
@@ -172,7 +246,7 @@ def resolve_rollout_backend(fields: Mapping[str, Any], measurements: Path = MEAS
     else:
         from r3l_learn.device import cpu_kind
 
-        found = load_measurements(measurements)
+        found = load_measurements(measurements) if isinstance(measurements, Path) else measurements
         choice = choose_backend(shape, found, vllm_available=vllm_importable(), cpu=cpu_kind())
     if (shape, choice.backend) not in _LOGGED:
         _LOGGED.add((shape, choice.backend))

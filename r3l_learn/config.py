@@ -1,5 +1,8 @@
 """The configuration of a training run: :class:`TrainConfig`, one flat dataclass with a help line per field.
 
+It is validated once, in :meth:`TrainConfig.__post_init__`: each choice by the registry that owns it (the choices
+and help of its flag come from there too), and every problem found is listed in one error.
+
 It is saved in every checkpoint (a resume checks it against the saved one: only :data:`RESUMABLE_CHANGES` may
 differ) and ``r3l train`` turns its fields into flags. :func:`r3l_learn.train.train` runs it.
 """
@@ -15,9 +18,11 @@ from typing import Any, Literal
 from r3l_learn.algorithms import ABLATIONS, ALGORITHMS, Algorithm, hyperparameter_help, resolve_algorithm
 from r3l_learn.backends import ROLLOUT_BACKENDS
 from r3l_learn.cli_args import env_id_problem, parse_kwargs
+from r3l_learn.collect import expert_demos_problem
 from r3l_learn.logprobs import MIN_SHARED_PREFIX
 from r3l_learn.losses import AGGREGATIONS, AUX_MEANS, KL_ESTIMATORS
 from r3l_learn.models import DEFAULT_MODEL
+from r3l_learn.reflectors import reflector_help, reflector_problem
 
 __all__ = ["FORMER_BEHAVIOUR", "HYPER_FLAGS", "RESUMABLE_CHANGES", "TrainConfig", "config_from_dict"]
 
@@ -88,11 +93,7 @@ class TrainConfig:
     model: str = _f(DEFAULT_MODEL, 'an embedded model name, a local HF folder, or "tiny-random"')
     algo: str = _f("r3l", "the learning algorithm (r3l_learn/algorithms.py)", choices=tuple(sorted(ALGORITHMS)))
     ablations: tuple[str, ...] = _f((), "parts of reflect-retry (R³L) to switch off", choices=tuple(sorted(ABLATIONS)))
-    reflector: str = _f(
-        "self",
-        'who reflects: "self" (the paper), "oracle" (privileged env knowledge), a model name/folder, or '
-        '"openai:MODEL" (a model behind an OpenAI-compatible server, see --reflector-base-url)',
-    )
+    reflector: str = _f("self", f"who reflects with reflect-retry: {reflector_help()}")
     reflector_base_url: str | None = _f(
         None,
         "the server of an openai:MODEL reflector, e.g. http://127.0.0.1:8000/v1 (None: OpenAI's API; the "
@@ -127,10 +128,7 @@ class TrainConfig:
     )
     aux_weight: float | None = _f(None, f"λ of the auxiliary SFT term; None: α ({_PAPER})")
     aux_mean: str = _f(
-        "shared",
-        "shared: the aux rows join the policy rows' mean, as in the reference code; separate: λ times their own "
-        "token mean, 3-4x heavier (r3l_learn.update)",
-        choices=AUX_MEANS,
+        "shared", f"how the aux rows are weighed (r3l_learn.update): {AUX_MEANS.describe()}", choices=AUX_MEANS.names()
     )
     aux_reflection: str = _f(
         "when_self",
@@ -140,7 +138,9 @@ class TrainConfig:
         choices=AUX_REFLECTIONS,
     )
     kl_coef: float | None = _f(None, "KL coefficient; None: the algorithm's default (0 for r3l, 0.001 for grpo)")
-    kl_estimator: str = _f("k3", "KL estimator (r3l_learn.losses.kl_penalty)", choices=KL_ESTIMATORS)
+    kl_estimator: str = _f(
+        "k3", f"KL estimator (r3l_learn.losses): {KL_ESTIMATORS.describe()}", choices=KL_ESTIMATORS.names()
+    )
     clip: float | None = _f(None, f"ppo_clip's ε, the ratio kept in [1-ε, 1+ε] (None: {hyperparameter_help('clip')})")
     eps: float | None = _f(
         None, f"grpo's ε in (r - mean)/(std + ε), >= 0; equal rewards get 0 (None: {hyperparameter_help('eps')})"
@@ -154,9 +154,7 @@ class TrainConfig:
         },
     )
     aggregation: str = _f(
-        "token_mean",
-        f"loss aggregation ({_PAPER}: token mean; token_sum: Dr. GRPO's sum over a constant, r3l_learn/losses.py)",
-        choices=AGGREGATIONS,
+        "token_mean", f"loss aggregation (r3l_learn.losses): {AGGREGATIONS.describe()}", choices=AGGREGATIONS.names()
     )
     mask_truncated: bool = _f(
         False,
@@ -171,11 +169,7 @@ class TrainConfig:
     # efficiency
     device: str = _f("cpu", '"cpu" or "cuda[:i]"')
     rollout_backend: str = _f(
-        "hf",
-        "hf: rollouts share the trained model; vllm: a vLLM engine gets each update; auto: vLLM where the shipped "
-        "measurements (benchmarks/vllm_cpu.py) say it finishes this run's rollouts sooner, engine start and weight "
-        "pushes included, else hf (always hf without vLLM installed)",
-        choices=ROLLOUT_BACKENDS,
+        "hf", f"who plays the rollouts: {ROLLOUT_BACKENDS.describe()}", choices=ROLLOUT_BACKENDS.names()
     )
     ray: str | None = _f(
         None,
@@ -246,13 +240,9 @@ class TrainConfig:
             )
         # plain groups: an algorithm without reflect-retry, or r3l with it ablated
         plain = not reflects or (not unknown and not resolve_algorithm(self.algo, self.ablations).reflect_retry)
-        if not 0 <= self.expert_demos < self.group_size:
-            problems.append(f"expert_demos must be in [0, group_size={self.group_size}), got {self.expert_demos}")
-        elif self.expert_demos and not plain:
-            problems.append(
-                f"expert_demos goes into plain groups (grpo, raft, opmd); --algo {self.algo} builds reflect-retry "
-                "groups, which get the expert's knowledge through --reflector oracle instead"
-            )
+        expert_problem = expert_demos_problem(self.expert_demos, self.group_size, reflect_retry=not plain)
+        if expert_problem:
+            problems.append(expert_problem)
         elif self.expert_demos and not env_problem:
             from r3l_envs import env_info
 
@@ -269,27 +259,32 @@ class TrainConfig:
             problems.append(f"lr must be > 0, got {self.lr}")
         if self.actions not in ACTION_MODES:
             problems.append(f"actions must be one of {ACTION_MODES}, got {self.actions!r}")
-        if self.rollout_backend not in ROLLOUT_BACKENDS:
-            problems.append(f"rollout_backend must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}")
-        if self.rollout_backend == "vllm" and self.lora_rank:
-            # the engine receives full state dicts; LoRA adapters would have to be merged first (not done)
-            problems.append("rollout_backend='vllm' needs full fine-tuning (no --lora-rank): adapters are not merged")
+        reflector = reflector_problem(self.reflector, self.reflector_base_url)
+        if reflector:
+            problems.append(reflector)
+        backend = ROLLOUT_BACKENDS.problem(self.rollout_backend)
+        if backend:
+            problems.append(f"rollout_backend: {backend}")
+        elif self.lora_rank and not ROLLOUT_BACKENDS[self.rollout_backend].merges_adapters:
+            problems.append(
+                f"rollout_backend={self.rollout_backend!r} needs full fine-tuning (no --lora-rank): adapters are not "
+                "merged"
+            )
         if self.autocast not in ("auto", "off", "bf16"):
             problems.append(f"autocast must be 'auto', 'off' or 'bf16', got {self.autocast!r}")
         if self.dtype not in ("float32", "bfloat16", "auto"):
             problems.append(f"dtype must be 'float32', 'bfloat16' or 'auto', got {self.dtype!r}")
-        if self.aggregation not in AGGREGATIONS:
-            problems.append(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
-        if self.aux_mean not in AUX_MEANS:
-            problems.append(f"aux_mean must be one of {AUX_MEANS}, got {self.aux_mean!r}")
+        for name, registry in (("aggregation", AGGREGATIONS), ("aux_mean", AUX_MEANS), ("kl_estimator", KL_ESTIMATORS)):
+            problem = registry.problem(getattr(self, name))
+            if problem:
+                problems.append(f"{name}: {problem}")
         if self.aux_reflection not in AUX_REFLECTIONS:
             problems.append(f"aux_reflection must be one of {AUX_REFLECTIONS}, got {self.aux_reflection!r}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            problems.append(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
         if self.ray is not None and (self.ray_workers < 1 or not self.ray_cpus > 0):
             problems.append(f"ray_workers must be >= 1 and ray_cpus > 0, got {self.ray_workers}, {self.ray_cpus}")
         # auto resolves to hf with a Ray generation actor (r3l_learn.backends)
-        if self.ray_generation and (self.ray is None or self.rollout_backend == "vllm" or self.lora_rank):
+        engine_plays = not backend and not ROLLOUT_BACKENDS[self.rollout_backend].ray_generation
+        if self.ray_generation and (self.ray is None or engine_plays or self.lora_rank):
             problems.append("ray_generation needs --ray, the hf rollout backend and full fine-tuning (no --lora-rank)")
         if self.max_bad_steps < 1:
             problems.append(f"max_bad_steps must be >= 1, got {self.max_bad_steps}")

@@ -17,6 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from r3l_learn.backends import ROLLOUT_BACKENDS
 from r3l_learn.progress import Phase, phase
 from wrappers import AgentEpisode, Policy, RolloutConfig, Trajectory, rollout_batch, save_jsonl
 
@@ -58,8 +59,9 @@ class EvalSummary:
         ]
 
 
-#: Policy backends of :func:`load_policy` (and of ``--rollout-backend``).
-BACKENDS = ("hf", "vllm")
+#: Policy backends of :func:`load_policy` (and of ``r3l eval --rollout-backend``): the rollout backends that name
+#: one engine (``auto`` is a training run's choice between them)
+BACKENDS = tuple(name for name in ROLLOUT_BACKENDS.names() if not ROLLOUT_BACKENDS[name].resolved)
 
 
 class EvaluationInterrupted(KeyboardInterrupt):
@@ -80,7 +82,7 @@ def load_policy(model: str, *, dtype: str = "auto", device: str = "cpu", seed: i
 
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "vllm":
+    if ROLLOUT_BACKENDS[backend].engine:
         from r3l_learn.vllm_policy import shared_engine
 
         if model == TINY_RANDOM:

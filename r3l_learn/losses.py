@@ -1,4 +1,4 @@
-"""Per-token objectives, their aggregation, and the KL penalty: pure tensor functions in a registry.
+"""Per-token objectives, their aggregation, and the KL penalty: pure tensor functions in registries.
 
 An objective maps the current log-probs of the target tokens to a per-token loss; it knows nothing about
 masks or batch shape beyond broadcasting. Aggregation (token-mean, sequence-mean, or Dr. GRPO's token sum over a
@@ -17,6 +17,9 @@ Every objective has the signature ``fn(logprobs, *, advantages, behavior_logprob
 - returns the per-token loss ``(B, T)`` (to be minimised).
 
 What the learner must know about an objective is declared at registration (:class:`ObjectiveProperties`).
+Aggregations (:data:`AGGREGATIONS`, :class:`AggregationProperties`) and KL estimators (:data:`KL_ESTIMATORS`) are
+registries of their own, and how the auxiliary rows are weighed is a row of :data:`AUX_MEANS`: each validates its
+names, and ``r3l train`` takes its flags' choices and help from them.
 """
 
 from __future__ import annotations
@@ -28,18 +31,23 @@ from typing import Any, TypeVar
 
 import torch
 
-from r3l_learn.registry import Registry
+from r3l_learn.registry import Choices, Registry
 
 __all__ = [
     "AGGREGATIONS",
     "AUX_MEANS",
-    "OBJECTIVES",
+    "K3_MAX",
     "KL_ESTIMATORS",
+    "OBJECTIVES",
+    "AggregationProperties",
+    "AuxMeanProperties",
     "ObjectiveFn",
     "ObjectiveProperties",
     "aggregate",
     "get_objective",
     "kl_penalty",
+    "register_aggregation",
+    "register_kl_estimator",
     "register_objective",
 ]
 
@@ -86,10 +94,45 @@ def register_objective(name: str, **properties: Any) -> Callable[[F], F]:
     return checked
 
 
-AGGREGATIONS = ("token_mean", "seq_mean", "token_sum")
-#: how the auxiliary SFT rows are weighed against the policy rows (r3l_learn.update's docstring)
-AUX_MEANS = ("shared", "separate")
-KL_ESTIMATORS = ("k1", "k2", "k3")
+@dataclass(frozen=True)
+class AggregationProperties:
+    """What the loss must know about an aggregation (declared at registration).
+
+    Attributes:
+        needs_max_tokens: it divides by a constant number of tokens per sequence, ``max_tokens`` (the reply cap),
+            which the loss must then set.
+    """
+
+    needs_max_tokens: bool = False
+
+
+#: name -> aggregation ``fn(per_token, mask, *, total_tokens, total_sequences, max_tokens) -> scalar`` (the mask
+#: already in the loss's dtype; see :func:`aggregate`)
+AGGREGATIONS = Registry(
+    "aggregation", AggregationProperties, data_keywords=("total_tokens", "total_sequences", "max_tokens")
+)
+register_aggregation = AGGREGATIONS.register
+
+#: name -> per-token KL estimator ``fn(d) -> tensor`` of ``d = log π_θ - log π_ref`` (see :func:`kl_penalty`)
+KL_ESTIMATORS = Registry("KL estimator")
+register_kl_estimator = KL_ESTIMATORS.register
+
+
+@dataclass(frozen=True)
+class AuxMeanProperties:
+    """How the auxiliary SFT rows are weighed against the policy rows (:mod:`r3l_learn.update`'s docstring).
+
+    Attributes:
+        shared: the aux rows join the policy rows' aggregation, so both count in the same denominators.
+    """
+
+    shared: bool = False
+
+
+#: how the auxiliary SFT rows are weighed against the policy rows
+AUX_MEANS = Choices("aux mean", AuxMeanProperties)
+AUX_MEANS.add("shared", "the aux rows join the policy rows' mean, as in the reference code", shared=True)
+AUX_MEANS.add("separate", "λ times the aux rows' own token mean, the paper's formula read literally")
 
 
 def _per_token(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -149,34 +192,76 @@ def aggregate(
     total_sequences: float | None = None,
     max_tokens: float | None = None,
 ) -> torch.Tensor:
-    """Reduce a per-token loss over the tokens where ``mask`` is 1.
+    """Reduce a per-token loss over the tokens where ``mask`` is 1, by the aggregation ``how``
+    (:data:`AGGREGATIONS`).
 
-    ``token_mean`` divides the masked sum by the number of masked tokens; ``seq_mean`` averages each
-    sequence over its own masked tokens, then averages the sequences that have any. ``token_sum`` is Dr. GRPO's
-    (arXiv 2503.20783, TRL's ``loss_type="dr_grpo"``): each sequence's masked sum divided by the constant
-    ``max_tokens`` (the generation budget) instead of its own length, averaged over the sequences that have any
-    masked token, so a token weighs the same in a long reply as in a short one and its weight does not depend on
-    how many tokens the batch holds. Pass the totals of the *whole* batch when this is one micro-batch of it, so
-    that accumulating micro-batches gives exactly the full-batch loss (the defaults are this tensor's own counts).
+    Pass the totals of the *whole* batch when this is one micro-batch of it, so that accumulating micro-batches
+    gives exactly the full-batch loss (the defaults are this tensor's own counts).
 
     Raises:
-        ValueError: an unknown ``how``, or ``token_sum`` without a positive ``max_tokens``.
+        UnknownChoiceError: an unknown ``how`` (a ``ValueError``; the message lists the known ones).
+        ValueError: ``token_sum`` without a positive ``max_tokens``.
     """
+    fn = AGGREGATIONS.get_fn(how)
     mask = mask.to(per_token.dtype)
-    if how == "token_mean":
-        denom = mask.sum() if total_tokens is None else total_tokens
-        return (per_token * mask).sum() / max(float(denom), 1.0)
-    if how in ("seq_mean", "token_sum"):
-        lengths = mask.sum(-1)
-        if how == "seq_mean":
-            per_seq = (per_token * mask).sum(-1) / lengths.clamp(min=1)
-        elif max_tokens is None or not max_tokens > 0:
-            raise ValueError(f"token_sum divides by a constant number of tokens: pass max_tokens > 0, got {max_tokens}")
-        else:
-            per_seq = (per_token * mask).sum(-1) / float(max_tokens)
-        denom = (lengths > 0).sum() if total_sequences is None else total_sequences
-        return per_seq.sum() / max(float(denom), 1.0)
-    raise ValueError(f"unknown aggregation {how!r}; choose one of {AGGREGATIONS}")
+    return fn(per_token, mask, total_tokens=total_tokens, total_sequences=total_sequences, max_tokens=max_tokens)
+
+
+@register_aggregation("token_mean")
+def token_mean(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    total_tokens: float | None = None,
+    total_sequences: float | None = None,
+    max_tokens: float | None = None,
+) -> torch.Tensor:
+    """The masked sum over the number of masked tokens (the R³L paper's)."""
+    denom = mask.sum() if total_tokens is None else total_tokens
+    return (per_token * mask).sum() / max(float(denom), 1.0)
+
+
+@register_aggregation("seq_mean")
+def seq_mean(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    total_tokens: float | None = None,
+    total_sequences: float | None = None,
+    max_tokens: float | None = None,
+) -> torch.Tensor:
+    """Each sequence averaged over its own masked tokens, then the sequences that have any averaged."""
+    lengths = mask.sum(-1)
+    per_seq = (per_token * mask).sum(-1) / lengths.clamp(min=1)
+    return _sequence_mean(per_seq, lengths, total_sequences)
+
+
+@register_aggregation("token_sum", needs_max_tokens=True)
+def token_sum(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    total_tokens: float | None = None,
+    total_sequences: float | None = None,
+    max_tokens: float | None = None,
+) -> torch.Tensor:
+    """Dr. GRPO's: each sequence's masked sum over a constant, the reply cap, averaged over sequences.
+
+    Dr. GRPO is arXiv 2503.20783 (TRL's ``loss_type="dr_grpo"``): dividing by the generation budget instead of the
+    reply's own length makes a token weigh the same in a long reply as in a short one, and its weight does not
+    depend on how many tokens the batch holds.
+    """
+    if max_tokens is None or not max_tokens > 0:
+        raise ValueError(f"token_sum divides by a constant number of tokens: pass max_tokens > 0, got {max_tokens}")
+    lengths = mask.sum(-1)
+    per_seq = (per_token * mask).sum(-1) / float(max_tokens)
+    return _sequence_mean(per_seq, lengths, total_sequences)
+
+
+def _sequence_mean(per_seq: torch.Tensor, lengths: torch.Tensor, total_sequences: float | None) -> torch.Tensor:
+    """The mean of per-sequence values over the sequences with a masked token (or over ``total_sequences``)."""
+    denom = (lengths > 0).sum() if total_sequences is None else total_sequences
+    return per_seq.sum() / max(float(denom), 1.0)
 
 
 #: k3's per-token ceiling (verl's and OpenRLHF's, so the R³L reference code's GRPO has it too)
@@ -184,23 +269,40 @@ K3_MAX = 10.0
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "k3") -> torch.Tensor:
-    """Per-token estimate of KL(π_θ ‖ π_ref) from samples of π_θ (Schulman's estimators):
-    ``k1 = log π_θ - log π_ref``, ``k2 = ½ (log π_θ - log π_ref)²``, ``k3 = e^{-d} + d - 1`` with
-    ``d = log π_θ - log π_ref`` (unbiased and non-negative; GRPO's choice), capped at :data:`K3_MAX` per token.
+    """Per-token estimate of KL(π_θ ‖ π_ref) from samples of π_θ by the estimator ``kind``
+    (:data:`KL_ESTIMATORS`, Schulman's ``k1``, ``k2`` and ``k3``).
+
+    Raises:
+        UnknownChoiceError: an unknown ``kind`` (a ``ValueError``; the message lists the known ones).
+    """
+    fn = KL_ESTIMATORS.get_fn(kind)
+    return fn(logprobs - ref_logprobs.to(logprobs.dtype))
+
+
+@register_kl_estimator("k1")
+def k1(d: torch.Tensor) -> torch.Tensor:
+    """d = log π_θ - log π_ref itself (unbiased, but negative where the policy made a token less likely)."""
+    return d
+
+
+@register_kl_estimator("k2")
+def k2(d: torch.Tensor) -> torch.Tensor:
+    """½ d² (non-negative, biased)."""
+    return 0.5 * d**2
+
+
+@register_kl_estimator("k3")
+def k3(d: torch.Tensor) -> torch.Tensor:
+    """e^-d + d - 1, capped per token (unbiased and non-negative; GRPO's).
+
+    The cap is :data:`K3_MAX`.
 
     Why the cap: ``e^{-d}`` grows without bound where the policy has made a token far less likely than the
     reference did. Tokens the policy did not sample can be in the loss (a slot's fixed ``</action>`` after a reply
     cut at the token limit, an admissible action the rollout chose by likelihood) with probabilities of ~1e-8 under
-    both models, which one update can move by orders of magnitude. In the learning study (short sums, direct
-    actions) GRPO's mean k3 after its first update was 5,664 and the gradient norm 1,616 (clipped to 1: the whole
-    step went to the KL term), and held-out success fell from 0.156 to 0.047. Capped, such a token adds a constant
-    and no gradient, as in verl, on which the reference code's GRPO runs."""
-    d = logprobs - ref_logprobs.to(logprobs.dtype)
-    if kind == "k1":
-        return d
-    if kind == "k2":
-        return 0.5 * d**2
-    if kind == "k3":
-        d = d.clamp(min=-20.0)  # e^{20} is finite in bf16 and fp32; the cap below applies long before
-        return (torch.exp(-d) + d - 1).clamp(max=K3_MAX)
-    raise ValueError(f"unknown KL estimator {kind!r}; choose one of {KL_ESTIMATORS}")
+    both models, which one update can move by orders of magnitude; uncapped, the KL term can then take the whole of
+    a clipped step. Capped, such a token adds a constant and no gradient, as in verl, on which the reference code's
+    GRPO runs.
+    """
+    d = d.clamp(min=-20.0)  # e^{20} is finite in bf16 and fp32; the cap below applies long before
+    return (torch.exp(-d) + d - 1).clamp(max=K3_MAX)

@@ -7,6 +7,11 @@ An entry declares two things:
   each with its default. The signature is the declaration, so a default lives in exactly one place;
 - its **properties**: flags given at registration (``@register_objective("ppo_clip", uses_ratio=True)``), typed by
   the registry's properties dataclass, which also holds each flag's default.
+
+A choice that names no function of its own (where a retry restarts, how the TRL bridge builds groups) is a
+:class:`Choices`: rows of properties with a help line. Both validate their own names (:meth:`Registry.check`,
+:meth:`Registry.problem`, one error that lists the known names) and give a flag its ``choices`` and help
+(:meth:`Registry.names`, :meth:`Registry.describe`), so no other module lists them.
 """
 
 from __future__ import annotations
@@ -17,9 +22,54 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["NoProperties", "Registry", "Spec"]
+__all__ = ["Choices", "NoProperties", "Registry", "Spec", "UnknownChoiceError"]
 
 F = TypeVar("F", bound=Callable)
+
+
+class UnknownChoiceError(KeyError, ValueError):
+    """A name that is not registered in a registry of choices; the message lists the known names.
+
+    A :class:`KeyError` (a registry is a mapping) and a :class:`ValueError` (a bad configuration value).
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class _Named:
+    """What a registry of choices answers about its names (mixed into :class:`Registry` and :class:`Choices`)."""
+
+    kind: str
+
+    def names(self) -> tuple[str, ...]:
+        """The registered names, in registration order (a flag's ``choices``)."""
+        return tuple(self)  # type: ignore[call-overload]
+
+    def problem(self, name: Any) -> str | None:
+        """None if ``name`` is registered, else the error message (for a config that collects its problems)."""
+        if isinstance(name, str) and name in self:  # type: ignore[operator]
+            return None
+        return f"unknown {self.kind} {name!r}; registered: {', '.join(self.names())}"
+
+    def check(self, name: Any) -> str:
+        """``name`` itself, if registered.
+
+        Raises:
+            UnknownChoiceError: it is not; the message lists the known names.
+        """
+        problem = self.problem(name)
+        if problem is not None:
+            raise UnknownChoiceError(problem)
+        return name
+
+    def summary(self, name: str) -> str:
+        """One line about the entry ``name`` (for help texts)."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """``name: what it is`` for every entry, ``;``-separated (a flag's help)."""
+        return "; ".join(f"{name}: {self.summary(name)}" for name in self.names())
 
 
 @dataclass(frozen=True)
@@ -49,7 +99,7 @@ class Spec:
         return {name: values.get(name, default) for name, default in self.hyper.items()}
 
 
-class Registry(dict[str, Callable]):
+class Registry(_Named, dict[str, Callable]):
     """``name -> function``, plus :meth:`spec` for what each entry declares.
 
     Args:
@@ -87,15 +137,23 @@ class Registry(dict[str, Callable]):
         return self.spec(name).fn
 
     def spec(self, name: str) -> Spec:
-        """What ``name`` declares (its hyperparameters and properties); the error lists the known names."""
-        if name not in self:
-            raise KeyError(f"unknown {self.kind} {name!r}; registered: {sorted(self)}")
+        """What ``name`` declares (its hyperparameters and properties).
+
+        Raises:
+            UnknownChoiceError: ``name`` is not registered (the message lists the known names).
+        """
+        self.check(name)
         spec = self._specs.get(name)
         if spec is not None and spec.fn is self[name]:
             return spec
         # set as a plain dict item (e.g. a test's monkeypatch): default properties; not cached, so that the
         # registered entry's own declarations come back with its function
         return Spec(name, self[name], self._hyperparameters(name, self[name]), self.properties())
+
+    def summary(self, name: str) -> str:
+        """The first line of the entry's docstring."""
+        doc = (self[name].__doc__ or "").strip()
+        return doc.splitlines()[0].rstrip(".") if doc else name
 
     def _hyperparameters(self, name: str, fn: Callable) -> dict[str, Any]:
         hyper = {}
@@ -111,3 +169,42 @@ class Registry(dict[str, Callable]):
                 raise ValueError(f"{self.kind} {name!r}: hyperparameter {param.name!r} needs a default")
             hyper[param.name] = param.default
         return hyper
+
+
+class Choices(_Named, dict[str, Any]):
+    """``name -> properties`` for a choice whose entries name no function: each row is an instance of the
+    properties dataclass, with a help line.
+
+    Args:
+        kind: what it holds, for error messages ("restart point").
+        properties: the frozen dataclass of each row's properties (field defaults are their defaults).
+    """
+
+    def __init__(self, kind: str, properties: type = NoProperties):
+        super().__init__()
+        self.kind = kind
+        self.properties = properties
+        self._help: dict[str, str] = {}
+
+    def add(self, name: str, help: str, **properties: Any) -> None:
+        """Add the row ``name`` (names are unique) with its help line and properties."""
+        if name in self:
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        try:
+            self[name] = self.properties(**properties)
+        except TypeError as exc:
+            known = [f.name for f in dataclasses.fields(self.properties)]
+            raise ValueError(f"{self.kind} {name!r}: {exc}; a {self.kind} may declare {known}") from None
+        self._help[name] = help
+
+    def spec(self, name: str) -> Any:
+        """The properties of ``name``.
+
+        Raises:
+            UnknownChoiceError: ``name`` is not registered (the message lists the known names).
+        """
+        return self[self.check(name)]
+
+    def summary(self, name: str) -> str:
+        """The row's help line."""
+        return self._help[name]

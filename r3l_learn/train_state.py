@@ -142,7 +142,7 @@ def resume_state(config: TrainConfig, model: Any, optimizer: Any, stream: TaskSt
 
 def _cursor_range(config: TrainConfig, steps: int) -> tuple[int, int]:
     """How many tasks ``steps`` steps take from the stream, at least and at most: ``tasks_per_step`` each, and with
-    dynamic sampling up to ``tasks_per_step`` more per extra round (r3l_learn.collect.collect_with_contrast)."""
+    dynamic sampling up to ``tasks_per_step`` more per extra round (r3l_learn.collect.groups_with_contrast)."""
     least = steps * config.tasks_per_step
     return least, least * (config.dynamic_sampling_max_rounds if config.dynamic_sampling else 1)
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from r3l_learn.algorithms import ALGORITHMS, Algorithm
+from r3l_learn.algorithms import Algorithm
 from r3l_learn.batch import Batch, Row, collate, micro_batches
 from r3l_learn.logprobs import MIN_SHARED_PREFIX, sequence_logprobs
 from r3l_learn.losses import (
@@ -72,23 +72,19 @@ __all__ = [
 RefFn = Callable[[Batch], torch.Tensor]
 
 
-def _r3l_aux_weight() -> float:
-    """R³L's λ at its default hyperparameters (the paper sets λ = α)."""
-    r3l = ALGORITHMS["r3l"]
-    return r3l.aux_weight_value(r3l.hyperparameters)
-
-
 @dataclass(frozen=True)
 class LossConfig:
     """What the loss is made of (everything else about the algorithm lives in the rows).
 
-    :meth:`for_algorithm` builds one from an :class:`~r3l_learn.algorithms.Algorithm` and its hyperparameters.
+    :meth:`for_algorithm` builds one from an :class:`~r3l_learn.algorithms.Algorithm` and its hyperparameters
+    (R³L's λ = α among them); a bare ``LossConfig()`` is REINFORCE with no auxiliary term and no KL. Each choice
+    (objective, aggregation, aux mean, KL estimator) is checked by its registry, whose error lists the known names.
     """
 
     objective: str = "reinforce"
     objective_kwargs: dict[str, Any] = field(default_factory=dict)  # hyperparameters, e.g. {"clip": 0.2}
     aggregation: str = "token_mean"
-    aux_weight: float = field(default_factory=_r3l_aux_weight)  # λ of the aux SFT term; R³L's: α
+    aux_weight: float = 0.0  # λ of the aux SFT term (R³L's is α: for_algorithm sets it)
     aux_mean: str = "shared"  # the aux rows in the policy rows' mean ("shared") or in their own ("separate")
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
@@ -102,14 +98,12 @@ class LossConfig:
         unknown = sorted(set(self.objective_kwargs) - set(declared))
         if unknown:
             raise ValueError(f"objective {self.objective!r} has no hyperparameter {unknown}; it declares {declared}")
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"unknown aggregation {self.aggregation!r}; choose one of {AGGREGATIONS}")
-        if self.aggregation == "token_sum" and not (self.max_tokens or 0) > 0:
-            raise ValueError(f"aggregation token_sum divides by a constant: set max_tokens > 0, got {self.max_tokens}")
-        if self.aux_mean not in AUX_MEANS:
-            raise ValueError(f"unknown aux_mean {self.aux_mean!r}; choose one of {AUX_MEANS}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"unknown KL estimator {self.kl_estimator!r}; choose one of {KL_ESTIMATORS}")
+        if AGGREGATIONS.spec(self.aggregation).properties.needs_max_tokens and not (self.max_tokens or 0) > 0:
+            raise ValueError(
+                f"aggregation {self.aggregation} divides by a constant: set max_tokens > 0, got {self.max_tokens}"
+            )
+        AUX_MEANS.check(self.aux_mean)
+        KL_ESTIMATORS.check(self.kl_estimator)
 
     @classmethod
     def for_algorithm(
@@ -157,7 +151,7 @@ class _Totals:
     def denominators(self, config: LossConfig) -> tuple[dict[str, float], dict[str, float]]:
         """``aggregate``'s totals for the policy part and for the aux part (aux rows weighed 0 count nowhere)."""
         policy, aux = self.policy, self.aux
-        if config.aux_mean == "shared" and config.aux_weight:
+        if AUX_MEANS[config.aux_mean].shared and config.aux_weight:
             policy = aux = (policy[0] + aux[0], policy[1] + aux[1])
 
         def totals(pair: tuple[float, float]) -> dict[str, float]:
@@ -230,7 +224,7 @@ def batch_loss(
             kl = kl_penalty(logp, ref, config.kl_estimator)
             parts["kl"] = aggregate(kl, mask, config.aggregation, **policy_totals)
     if aux.any() and config.aux_weight:
-        how = config.aggregation if config.aux_mean == "shared" else "token_mean"
+        how = config.aggregation if AUX_MEANS[config.aux_mean].shared else "token_mean"
         parts["aux"] = aggregate(-logp, batch.loss_mask * aux[:, None], how, **aux_totals)
     zero = logp.sum() * 0.0  # keeps the graph (and the dtype) when a part is absent
     loss = zero + parts.get("policy", 0.0) + config.kl_coef * parts.get("kl", 0.0)

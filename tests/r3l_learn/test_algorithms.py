@@ -75,7 +75,7 @@ def test_alphas_default_is_read_from_the_advantage_signature(monkeypatch):
         return r3l_advantage(rewards, group_index, alpha=alpha, max_reward=max_reward)
 
     monkeypatch.setitem(ADVANTAGES, "r3l", r3l_alpha_5)
-    assert LossConfig().aux_weight == 5.0
+    assert LossConfig().aux_weight == 0.0  # a bare loss has no aux term: λ comes with the algorithm
     assert LossConfig.for_algorithm(ALGORITHMS["r3l"]).aux_weight == 5.0
     assert TrainConfig().hyper_values() == {"alpha": 5.0, "max_reward": 1.0}
     rows = rows_from_groups([_group([1.0, 0.0])], ALGORITHMS["r3l"])

@@ -130,3 +130,24 @@ def test_the_rollout_player_of_an_auto_run_without_vllm_is_the_trained_policy(ti
 
     monkeypatch.setattr(backends, "vllm_importable", lambda: False)
     assert rollout_policy(TrainConfig(rollout_backend="auto"), tiny_policy) is tiny_policy
+
+
+def test_the_shipped_measurements_are_the_benchmarks_results_and_need_no_file(monkeypatch):
+    """``auto`` decides by numbers that ship in the package; they are those benchmarks/vllm_cpu.py saved (a rerun
+    of the benchmark updates both), and resolving reads no file."""
+    from pathlib import Path
+
+    saved = json.loads((Path(__file__).parents[2] / "benchmarks" / "results" / "vllm_cpu.json").read_text())
+    for key in ("engine_start_s", "hf_load_s", "weight_push_s", "dtype", "cpu"):
+        assert backends.MEASURED[key] == saved[key]
+    assert backends.MEASURED["rows"] == [{k: row[k] for k in backends.MEASURED["rows"][0]} for row in saved["rows"]]
+    fields = TrainConfig(rollout_backend="auto", steps=8, tasks_per_step=2, group_size=4).to_dict()
+
+    def no_file(path):
+        raise AssertionError(f"read {path}")
+
+    monkeypatch.setattr(backends, "load_measurements", no_file)
+    monkeypatch.setattr(backends, "vllm_importable", lambda: True)
+    shape = run_shape(fields)
+    expected = choose_backend(shape, backends.MEASURED, vllm_available=True, cpu=cpu_kind()).backend
+    assert resolve_rollout_backend(fields) == expected

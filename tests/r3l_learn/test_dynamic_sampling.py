@@ -9,7 +9,7 @@ import torch
 
 from r3l_learn.algorithms import resolve_algorithm
 from r3l_learn.batch import rows_from_groups
-from r3l_learn.collect import PlainGroups, collect_with_contrast
+from r3l_learn.collect import PlainGroups, groups_with_contrast
 from r3l_learn.scripted import ScriptedPolicy
 from r3l_learn.train_setup import TaskStream
 from r3l_learn.update import LossConfig, signal_rows
@@ -37,7 +37,7 @@ def _sample(action: str, *, wanted: int, max_rounds: int, seed: int = 5):
     )
     stream = TaskStream(TASKS, seed=0)
     try:
-        sample = collect_with_contrast(
+        sample = groups_with_contrast(
             builder, stream.take, wanted, seed=seed, with_contrast=_grpo_contrast, max_rounds=max_rounds
         )
     finally:
@@ -79,7 +79,7 @@ def test_the_cap_on_rounds_is_respected_when_no_group_has_contrast(max_rounds):
 
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="max_rounds"):
-        collect_with_contrast(None, lambda k: [], 2, seed=0, with_contrast=_grpo_contrast, max_rounds=0)
+        groups_with_contrast(None, lambda k: [], 2, seed=0, with_contrast=_grpo_contrast, max_rounds=0)
     from r3l_learn.train import TrainConfig
 
     with pytest.raises(ValueError, match="dynamic_sampling_max_rounds must be >= 1"):

@@ -86,7 +86,7 @@ def test_the_config_validates_expert_demos(tmp_path):
     assert _config(tmp_path, algo="r3l", ablations=("no_reflect_retry",)).expert_demos == 2  # plain groups too
     assert TrainConfig().expert_demos == 0
     for overrides, message in (
-        ({"expert_demos": 4}, r"expert_demos must be in \[0, group_size=4\)"),
+        ({"expert_demos": 4}, r"expert_demos must be in \[0, group_size\) = \[0, 4\)"),
         ({"expert_demos": -1}, r"expert_demos must be in"),
         ({"algo": "r3l", "reflector": "oracle"}, "reflect-retry groups"),
         ({"env": "r3ltest/Corridor-v0", "env_kwargs": {}}, "declares none"),

@@ -110,7 +110,13 @@ def test_gradient_accumulation_1x8_equals_8x1(groups):
     for micro in (8, 1):
         model, tokenizer = tiny_model(seed=3)
         model.train()
-        stats = accumulate_gradients(model, rows, LossConfig(), micro_batch_size=micro, pad_id=tokenizer.pad_token_id)
+        stats = accumulate_gradients(
+            model,
+            rows,
+            LossConfig.for_algorithm(resolve_algorithm("r3l")),
+            micro_batch_size=micro,
+            pad_id=tokenizer.pad_token_id,
+        )
         results.append((stats.loss, _grads(model)))
     (loss_a, grads_a), (loss_b, grads_b) = results
     assert loss_a == pytest.approx(loss_b, rel=1e-5)
@@ -201,7 +207,13 @@ def test_activation_checkpointing_keeps_the_gradients_and_warns_nothing(groups, 
             enable_checkpointing(model)
             assert model.is_activation_checkpointing
         model.train()
-        accumulate_gradients(model, rows, LossConfig(), micro_batch_size=4, pad_id=tokenizer.pad_token_id)
+        accumulate_gradients(
+            model,
+            rows,
+            LossConfig.for_algorithm(resolve_algorithm("r3l")),
+            micro_batch_size=4,
+            pad_id=tokenizer.pad_token_id,
+        )
         results.append(_grads(model))
     for name, grad in results[0].items():
         torch.testing.assert_close(results[1][name], grad, rtol=1e-4, atol=1e-6)
@@ -227,7 +239,13 @@ def test_tiny_model_overfits_a_fixed_group():
     for _ in range(30):
         optimizer.zero_grad()
         # the failures have advantage -0.5: measure the successes' NLL, which R³L drives to 0
-        stats = accumulate_gradients(model, rows[:2], LossConfig(), micro_batch_size=4, pad_id=tokenizer.pad_token_id)
+        stats = accumulate_gradients(
+            model,
+            rows[:2],
+            LossConfig.for_algorithm(resolve_algorithm("r3l")),
+            micro_batch_size=4,
+            pad_id=tokenizer.pad_token_id,
+        )
         optimizer.step()
         losses.append(stats.loss)
     assert losses[-1] < 0.2 * losses[0], losses
