@@ -168,7 +168,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from wrappers.show import load_viewable, render_html, render_text
+    from wrappers.show import load_viewable, render_text
+    from wrappers.show_html import render_html
 
     try:
         items = load_viewable(args.path, limit=args.limit, max_line_bytes=args.max_line_bytes, max_depth=args.max_depth)

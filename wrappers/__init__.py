@@ -5,8 +5,9 @@ Nothing here imports torch: policies are implemented in ``r3l_learn`` and passed
 
 from wrappers.chat import ChatSequence, chat
 from wrappers.collector import Collector
-from wrappers.data import Sample, Trajectory, TrajectoryGroup, Turn, load_jsonl, save_jsonl, to_dataset
-from wrappers.envops import LocalCollector
+from wrappers.data import Sample, Trajectory, TrajectoryGroup, Turn, load_jsonl, save_jsonl
+from wrappers.export import to_dataset
+from wrappers.local_collector import LocalCollector
 from wrappers.parsing import AnswerFormat, ParsedReply, parse_reply
 from wrappers.policy import Generation, Policy, SamplingParams
 from wrappers.prompts import FAMILIES, PromptTemplate, template_for

@@ -5,8 +5,8 @@ reward, info) and the exact token sequence to train on, with per-token arrays al
 
 - ``agent_mask``: 1 on the tokens the policy chose (sampled, or the admissible action it picked by
   log-likelihood), 0 on the chat template's, the env's, and the reply tokens the rollout wrote around the policy's
-  choice (a forced ``<action>`` opening, an appended closer, a slot template's text, an appended end-of-turn
-  token; see ``Turn.sampled``). Never changed after the rollout.
+  choice (a forced ``<action>`` opening, an appended closer, a template's text around a placeholder, an appended
+  end-of-turn token; see ``Turn.sampled``). Never changed after the rollout.
 - ``loss_mask``: 1 on the tokens a learner trains: ``agent_mask``, minus what the group builder chose not to
   train (R³L's pivotal credit zeroes the turns before a retry's pivot, in the retry and its base).
 - ``behavior_logprobs``: each agent token's log-prob under the policy that generated it, in the context it was
@@ -63,7 +63,6 @@ __all__ = [
     "load_jsonl",
     "new_id",
     "save_jsonl",
-    "to_dataset",
 ]
 
 #: The version of the records this code writes (each record's ``version`` field). 1: the first release (no
@@ -114,13 +113,13 @@ class Turn:
         prompt_ids: the full prompt this turn saw, only when it is not a prefix of the trajectory's sequence
             (history windowing); ``None`` otherwise.
         constrained: the rollout wrote the reply around the policy's choice: an admissible action chosen by
-            log-likelihood, or a slot the policy filled (constrained and direct modes).
-        sampled: ``[start, end)`` inside ``token_ids`` of the tokens the policy chose: what it sampled into a slot
-            (direct mode, a WebShop-style template), or the chosen admissible action's own tokens (constrained
-            mode: choosing by log-likelihood is the policy's choice). The tokens before and after it the rollout
-            wrote (the action tag's opening and closer, the template's text, the chat template's end-of-turn
-            token): the policy did not sample them, so their ``agent_mask`` is 0. A token that holds characters
-            of both counts as chosen. ``None``: every token of the reply was sampled (free text).
+            log-likelihood, or a placeholder the policy filled (constrained and direct modes).
+        sampled: ``[start, end)`` inside ``token_ids`` of the tokens the policy chose: what it sampled into a
+            placeholder (direct mode, a WebShop-style template), or the chosen admissible action's own tokens
+            (constrained mode: choosing by log-likelihood is the policy's choice). The tokens before and after it
+            the rollout wrote (the action tag's opening and closer, the template's text, the chat template's
+            end-of-turn token): the policy did not sample them, so their ``agent_mask`` is 0. A token that holds
+            characters of both counts as chosen. ``None``: every token of the reply was sampled (free text).
         checkpoint: the env state just before this turn, when the rollout was asked to keep checkpoints.
     """
 
@@ -598,16 +597,3 @@ def load_jsonl(
         except DataFormatError as exc:
             raise DataFormatError(exc.reason, path=path, line=lineno) from None
         yield item
-
-
-def to_dataset(trajectories: Iterable[Trajectory | TrajectoryGroup]) -> Any:
-    """A HF ``datasets.Dataset`` with one row per trajectory (groups are flattened, ``group`` indexes them; a bare
-    trajectory is a group of its own): :func:`wrappers.export.to_hf_dataset`, whose ``messages`` are chat messages
-    as lists (TRL's conversational format) beside the token columns and ``guided_mask``."""
-    from wrappers.export import to_hf_dataset  # the export builds on this module
-
-    groups = [
-        item if isinstance(item, TrajectoryGroup) else TrajectoryGroup(item.env_id, item.task_id, [item])
-        for item in trajectories
-    ]
-    return to_hf_dataset(groups)

@@ -29,7 +29,7 @@ from wrappers.data import FORMAT_VERSION, Sample, Trajectory, TrajectoryGroup
 from wrappers.jsonl import MAX_DEPTH, DataFormatError, check_record, parse_record, schema
 from wrappers.policy import encodable
 
-__all__ = ["from_hf_dataset", "groups_schema", "to_hf_dataset", "to_rows"]
+__all__ = ["from_hf_dataset", "groups_schema", "to_dataset", "to_hf_dataset", "to_rows"]
 
 # Columns the export adds to each object's own fields (dropped again by from_hf_dataset): the group's index and
 # task, the advantage when given, and a trajectory's guided_mask (1 on tokens whose behaviour log-prob was taken
@@ -173,3 +173,14 @@ def _encode(record: dict[str, Any], nested: set[str]) -> dict[str, Any]:
 
 def _text(value: Any) -> Any:
     return encodable(value) if isinstance(value, str) else value
+
+
+def to_dataset(trajectories: Iterable[Trajectory | TrajectoryGroup]) -> Any:
+    """A HF ``datasets.Dataset`` with one row per trajectory (groups are flattened, ``group`` indexes them; a bare
+    trajectory is a group of its own): :func:`to_hf_dataset`, whose ``messages`` are chat messages as lists (TRL's
+    conversational format) beside the token columns and ``guided_mask``."""
+    groups = [
+        item if isinstance(item, TrajectoryGroup) else TrajectoryGroup(item.env_id, item.task_id, [item])
+        for item in trajectories
+    ]
+    return to_hf_dataset(groups)

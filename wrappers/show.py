@@ -1,8 +1,8 @@
 """Render experience for people: trajectory groups with base and retry side by side (the pivot marked, the
 reflection and the guidance the retry saw shown), or plain trajectories (``r3l eval``'s output) one by one.
 
-``render_text`` is for the terminal (``r3l show file.jsonl``), ``render_html`` writes the same view as one
-static HTML page (``r3l show file.jsonl --html page.html``, built by :mod:`wrappers.show_html`). Both open with
+``render_text`` is for the terminal (``r3l show file.jsonl``); :func:`wrappers.show_html.render_html` writes the
+same view as one static HTML page (``r3l show file.jsonl --html page.html``) from this module's helpers. Both open with
 :func:`summarize`'s line (groups, retries, how many beat their base, mean pivot). Long turns are cut to
 ``max_lines`` lines in the terminal, and the cut says how many lines it hid; the HTML page shows everything.
 
@@ -15,7 +15,7 @@ text's length. Neither view decodes the turns' env checkpoints.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
 
@@ -29,7 +29,6 @@ __all__ = [
     "Summary",
     "load_viewable",
     "outcome",
-    "render_html",
     "render_text",
     "retry_beat_base",
     "summarize",
@@ -291,15 +290,3 @@ def render_text(items: Sequence[Viewable], max_lines: int = 6) -> str:
             out += _trajectory_text(item, f"trajectory {n}/{len(items)}", max_lines)
         out.append("")
     return printable("\n".join(out))  # fields shown whole (ids, kinds, a reflection) are escaped here
-
-
-def render_html(
-    items: Sequence[Viewable], title: str = "r3l trajectories", decode: Callable[[list[int]], str] | None = None
-) -> str:
-    """The same view as :func:`render_text` as one self-contained HTML page (nothing cut): the summary on top,
-    each group or trajectory collapsible and filterable by outcome, and a token view (off until ticked) that
-    colours trainable, masked and context tokens; ``decode`` (e.g. a tokenizer's ``decode``) gives their text.
-    See :func:`wrappers.show_html.render_html`."""
-    from wrappers.show_html import render_html as page  # the page builds on this module's helpers
-
-    return page(items, title=title, decode=decode)

@@ -8,7 +8,8 @@ import pytest
 from wrappers import RolloutConfig, Trajectory, Turn, save_jsonl
 from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
 from wrappers.reflection import PolicyReflector
-from wrappers.show import load_viewable, render_html, render_text
+from wrappers.show import load_viewable, render_text
+from wrappers.show_html import render_html
 
 pytest.importorskip("transformers")
 

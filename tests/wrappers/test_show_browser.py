@@ -22,7 +22,8 @@ import pytest
 from wrappers import RolloutConfig, save_jsonl
 from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
 from wrappers.reflection import PolicyReflector
-from wrappers.show import load_viewable, render_html
+from wrappers.show import load_viewable
+from wrappers.show_html import render_html
 
 pytest.importorskip("transformers")
 

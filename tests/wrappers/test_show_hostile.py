@@ -19,7 +19,8 @@ from wrappers import Sample, Trajectory, TrajectoryGroup, Turn, save_jsonl
 from wrappers.data import DataFormatError, load_jsonl
 from wrappers.jsonl import nesting
 from wrappers.safe_text import UNSAFE, printable, wrap
-from wrappers.show import load_viewable, pairs, render_html, render_text
+from wrappers.show import load_viewable, pairs, render_text
+from wrappers.show_html import render_html
 
 #: Terminal attacks: a window title, an OSC 52 clipboard write, a screen clear, an 8-bit CSI, a bell, a NUL, a
 #: right-to-left override and isolate, a carriage return and backspace that overwrite text, a C1 NEL, a line
