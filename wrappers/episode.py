@@ -30,8 +30,8 @@ __all__ = ["DEFAULT_ENV_WORKERS", "DEFAULT_MAX_TURNS", "AgentEpisode", "RolloutC
 
 logger = logging.getLogger(__name__)
 
-# An admissible "action" that is a template, e.g. "search[<query>]".
-_SLOT = re.compile(r"<[^<>\s][^<>]*>")
+# A placeholder in an admissible action that is a template, e.g. the "<query>" of "search[<query>]".
+_PLACEHOLDER = re.compile(r"<[^<>\s][^<>]*>")
 
 #: Turn limit for envs that declare neither ``max_episode_steps`` nor ``max_attempts``. An env with
 #: ``max_attempts`` (the math envs) gets that many turns: every reply is an attempt, and one the parser cannot
@@ -48,8 +48,8 @@ class RolloutConfig:
     history: int | None = None  # keep only the last k turns in the context; None keeps all (one sequence)
     constrained: bool = False  # pick among admissible actions by log-likelihood where the env lists them
     # Free-text turns open the reply with the action tag: the policy writes the action alone, the rollout closes
-    # the tag (see AgentEpisode.slot). For a model too small to write the answer format (SmolLM2 on Countdown
-    # never wrote an <action> tag in 96 replies); with constrained, the turns the env lists no actions for.
+    # the tag (see AgentEpisode.placeholder). For a model too small to write the answer format; with constrained,
+    # the turns the env lists no actions for.
     direct: bool = False
     constrained_score: Literal["mean", "sum"] = "mean"  # mean log-prob: summed favours short actions
     keep_checkpoints: bool = False  # checkpoint the env before every turn (reflect-retry restores them)
@@ -275,23 +275,24 @@ class AgentEpisode:
     @property
     def constrained(self) -> bool:
         """This turn is a choice among admissible actions: constrained mode, the env lists some, and none is a
-        template with a slot to fill (WebShop's ``search[<query>]``), which only free text can fill."""
+        template with a placeholder to fill (WebShop's ``search[<query>]``), which only free text can fill."""
         admissible = self.admissible
         if not (self.config.constrained and admissible):
             return False
-        return not any(_SLOT.search(a) for a in admissible)
+        return not any(_PLACEHOLDER.search(a) for a in admissible)
 
     @property
-    def slot(self) -> tuple[str, str] | None:
-        """A turn whose reply the rollout writes around one slot the policy fills: the action text before and
-        after the slot. In constrained mode, a turn whose one admissible action is a template with one slot
-        (WebShop's search page: ``search[<query>]``); in direct mode, every other turn, the whole action being the
-        slot. Either way a model too small to write the answer format still makes a well-formed action."""
+    def placeholder(self) -> tuple[str, str] | None:
+        """A turn whose reply the rollout writes around one placeholder the policy fills: the action text before
+        and after the placeholder. In constrained mode, a turn whose one admissible action is a template with one
+        placeholder (WebShop's search page: ``search[<query>]``); in direct mode, every other turn, the whole action
+        being the placeholder. Either way a model too small to write the answer format still makes a well-formed
+        action."""
         admissible = self.admissible
         if self.config.constrained and admissible and len(admissible) == 1:
-            slots = list(_SLOT.finditer(admissible[0]))
-            if len(slots) == 1:
-                return admissible[0][: slots[0].start()], admissible[0][slots[0].end() :]
+            found = list(_PLACEHOLDER.finditer(admissible[0]))
+            if len(found) == 1:
+                return admissible[0][: found[0].start()], admissible[0][found[0].end() :]
         return ("", "") if self.config.direct else None
 
     # ------------------------------------------------------------------ prompts
@@ -345,9 +346,9 @@ class AgentEpisode:
         finish_reason: FinishReason = "stop",
     ) -> Turn:
         """Play an action the rollout wrote as a reply around the policy's choice (an admissible action chosen by
-        constrained mode, a filled slot), with the token ids that express it. ``sampled`` is ``[start, end)`` of
+        constrained mode, a filled placeholder), with the token ids that express it. ``sampled`` is ``[start, end)`` of
         the chosen tokens in ``token_ids`` (``None``: all of them; see :attr:`wrappers.data.Turn.sampled`), and
-        ``finish_reason`` is the generation's when the policy sampled a slot (``"length"``: cut at the cap)."""
+        ``finish_reason`` is the generation's when the policy filled a placeholder (``"length"``: cut at the cap)."""
         return self._complete(
             self.begin_choice(action, token_ids, logprobs, prompt, sampled=sampled, finish_reason=finish_reason)
         )

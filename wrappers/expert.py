@@ -13,7 +13,7 @@ played through the same :class:`wrappers.episode.AgentEpisode` as a rollout:
 - each reply's recorded log-probs are ``policy.score`` of exactly those tokens in exactly their training context,
   so ratio objectives and KL see the policy's own probabilities (``logprob_context="sequence"``);
 - a turn is constrained (``Turn.constrained``) only where the agent could have chosen it: in constrained mode the
-  plan's action is one of the admissible actions (their spelling is used) or fills the page's one slot; any other
+  plan's action is one of the admissible actions (their spelling is used) or fills the page's one placeholder; any other
   plan action is played as the free-text reply that says it.
 
 Every such trajectory has ``kind == "expert"`` (:data:`EXPERT_KIND`; stats that measure the policy, such as a
@@ -211,16 +211,16 @@ def play_plans(
 
 def _as_agent(ep: AgentEpisode, action: str) -> tuple[str, bool]:
     """The plan's action as the agent would say it, and whether constrained mode could have chosen it: one of the
-    admissible actions (in their spelling), or the page's one slot filled."""
+    admissible actions (in their spelling), or the page's one placeholder filled."""
     if ep.constrained:
         wanted = _normal(action)
         for admissible in ep.admissible:
             if _normal(admissible) == wanted:
                 return admissible, True
         return action, False
-    slot = ep.slot
-    if slot is not None:
-        before, after = slot
+    around = ep.placeholder
+    if around is not None:
+        before, after = around
         fits = action.startswith(before) and action.endswith(after) and len(action) > len(before) + len(after)
         return action, fits
     return action, False

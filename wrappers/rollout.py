@@ -183,10 +183,10 @@ def play(
         if not running:
             break
         rseed = round_seed(seed, round_index)
-        free, chosen, slotted = _sort(running, policy, config, eot)
+        free, chosen, filled = _sort(running, policy, config, eot)
         steps = RoundSteps(collector)
         try:
-            _decide(free, chosen, slotted, policy, config, rseed, eot, stop, steps)
+            _decide(free, chosen, filled, policy, config, rseed, eot, stop, steps)
             steps.finish()
         except BaseException:
             steps.abandon()
@@ -199,8 +199,9 @@ def play(
 
 def _sort(running: Sequence[AgentEpisode], policy: Policy, config: RolloutConfig, eot: int | None) -> tuple:
     """The running episodes whose next reply still fits their context, by how it is made: free text, a choice
-    among admissible actions (constrained), or a slot to fill; each with its prompt (and candidates or slot)."""
-    free, chosen, slotted = [], [], []
+    among admissible actions (constrained), or a placeholder to fill; each with its prompt (and candidates, or the
+    text around the placeholder)."""
+    free, chosen, filled = [], [], []
     for ep in running:
         prompt = ep.prompt()
         if ep.constrained:
@@ -209,18 +210,18 @@ def _sort(running: Sequence[AgentEpisode], policy: Policy, config: RolloutConfig
             ]
             if ep.fits(prompt, max(len(c) for c in cands)):
                 chosen.append((ep, prompt, cands))
-        elif (slot := ep.slot) is not None:
+        elif (around := ep.placeholder) is not None:
             answer = ep.template.answer
-            head, tail = policy.tokenize(answer.opening + slot[0]), policy.tokenize(slot[1] + answer.stop)
+            head, tail = policy.tokenize(answer.opening + around[0]), policy.tokenize(around[1] + answer.stop)
             if ep.fits(prompt, len(head) + config.sampling.max_new_tokens + len(tail) + 1):
-                slotted.append((ep, prompt, head, slot))
+                filled.append((ep, prompt, head, around))
         elif ep.fits(prompt, config.sampling.max_new_tokens):
             free.append((ep, prompt))
-    return free, chosen, slotted
+    return free, chosen, filled
 
 
-def _decide(free, chosen, slotted, policy, config, rseed, eot, stop, steps: RoundSteps) -> None:
-    """Generate (free text), score (constrained) or fill slots for one round's episodes, submitting each env step
+def _decide(free, chosen, filled, policy, config, rseed, eot, stop, steps: RoundSteps) -> None:
+    """Generate (free text), score (constrained) or fill placeholders for one round's episodes, submitting each env step
     as soon as its turn is decided, so the envs of one kind step while the next kind generates."""
     if free:
         params = replace(config.sampling, seed=rseed, stop=tuple(dict.fromkeys(stop)))
@@ -239,33 +240,34 @@ def _decide(free, chosen, slotted, policy, config, rseed, eot, stop, steps: Roun
             # agent_mask 1; the tags and end-of-turn token written around it do not (Turn.sampled).
             sampled = chosen_span(cands[i], *written_around(policy, ep.template.answer, "", "", eot))
             steps.act(ep, ep.begin_choice(ep.admissible[i], cands[i], mine[i], prompt, sampled=sampled))
-    if slotted:
-        _fill_slots(slotted, policy, config, rseed, eot, steps)
+    if filled:
+        _fill_placeholders(filled, policy, config, rseed, eot, steps)
 
 
-def _fill_slots(
-    slotted: list[tuple[AgentEpisode, list[int], list[int], tuple[str, str]]],
+def _fill_placeholders(
+    filled: list[tuple[AgentEpisode, list[int], list[int], tuple[str, str]]],
     policy: Policy,
     config: RolloutConfig,
     seed: int | None,
     eot: int | None,
     steps: RoundSteps,
 ) -> None:
-    """Slot turns (see :attr:`AgentEpisode.slot`): the policy continues the reply's fixed head (e.g.
-    ``<action>search[``) up to the first character of what follows the slot (``]``); the reply is the action with
-    that value in the slot, re-scored whole so its log-probs are the policy's own for exactly the recorded tokens."""
-    stops = tuple(dict.fromkeys((after + ep.template.answer.stop)[:1] for ep, _, _, (_, after) in slotted))
+    """Placeholder turns (see :attr:`AgentEpisode.placeholder`): the policy continues the reply's fixed head (e.g.
+    ``<action>search[``) up to the first character of what follows the placeholder (``]``); the reply is the action
+    with that value in its place, re-scored whole so its log-probs are the policy's own for exactly the recorded
+    tokens."""
+    stops = tuple(dict.fromkeys((after + ep.template.answer.stop)[:1] for ep, _, _, (_, after) in filled))
     params = replace(config.sampling, seed=seed, stop=stops)
-    gens = policy.generate([prompt + head for _, prompt, head, _ in slotted], params)
+    gens = policy.generate([prompt + head for _, prompt, head, _ in filled], params)
     replies = []
-    for (ep, prompt, _, (before, after)), gen in zip(slotted, gens, strict=True):
+    for (ep, prompt, _, (before, after)), gen in zip(filled, gens, strict=True):
         value = gen.text
         for stop in stops:
             value = value.split(stop)[0]
         value = " ".join(value.split())  # one line: a newline or a run of spaces is no part of a query
         action = before + value + after
         ids = policy.tokenize(ep.template.answer.wrap(action)) + ([eot] if eot is not None else [])
-        # Only the value was sampled: the tag, the template's text around the slot and the end-of-turn token
+        # Only the value was sampled: the tag, the template's text around the placeholder and the end-of-turn token
         # are the rollout's (agent_mask 0). A value cut at max_new_tokens stays marked so ("length").
         sampled = chosen_span(ids, *written_around(policy, ep.template.answer, before, after, eot))
         replies.append((ep, prompt, action, ids, sampled, gen.finish_reason))
