@@ -60,13 +60,6 @@ class Phase:
             self.postfix = ", ".join(f"{k}={v}" for k, v in fields.items())
             self._redraw()
 
-    def set_total(self, total: int) -> None:
-        """The number of units turned out different from the one announced."""
-        with self._lock:
-            if self._bar is not None:
-                self._bar.total = total
-                self._bar.refresh()
-
     def tick(self) -> None:
         """Redraw now (the ticker thread's call): the clock and the live ``status``."""
         with self._lock:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from r3l_learn.checkpoints import check_checkpoint, check_weights, latest_checkpoint, load_checkpoint, set_rng_state
+from r3l_learn.checkpoints import check_checkpoint, latest_checkpoint, load_checkpoint, set_rng_state
 from r3l_learn.config import RESUMABLE_CHANGES, TrainConfig, config_from_dict
 from r3l_learn.errors import ResumeError, brief
 from r3l_learn.evaluate import EvalSummary
@@ -32,7 +32,6 @@ __all__ = [
     "EVALS",
     "Interrupts",
     "eval_summary",
-    "load_trainable_state",
     "read_saved_config",
     "recorded_evals",
     "report",
@@ -87,13 +86,6 @@ class Interrupts:
 def trainable_state(model: Any) -> dict[str, torch.Tensor]:
     """Views of the trainable weights (no copy: a checkpoint serialises them at once)."""
     return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
-
-
-def load_trainable_state(model: Any, state: Any) -> None:
-    """Copy a checkpoint's trainable weights into ``model``, once they are checked to be exactly its trainable
-    parameters with their shapes and dtypes (:class:`ResumeError` otherwise, and the model is left unchanged)."""
-    weights = check_weights(state, model, source="the checkpoint")
-    _copy_weights(model, weights)
 
 
 def _copy_weights(model: Any, weights: dict[str, torch.Tensor]) -> None:
