@@ -70,7 +70,7 @@ def connect(address: str, *, num_cpus: int | None = None) -> bool:
         return False
     if address == "local":
         # On a busy machine a local start can outlast Ray's own startup wait ("The current node timed out during
-        # startup"; seen at load ~20 here, and the next try started): try once more before giving up.
+        # startup"), and a second try usually starts: try once more before giving up.
         for attempt in (1, 2):
             try:
                 # address="local": a new instance even where another one runs on this machine (without it Ray

@@ -116,13 +116,18 @@ def beats(retry: Trajectory, base: Trajectory, success_threshold: float = 1.0) -
 
 def pivotal_mask(traj: Trajectory, pivot: int) -> list[int]:
     """``traj.agent_mask`` with the agent tokens of turns before ``pivot`` set to 0 (pivotal credit)."""
-    mask = list(traj.agent_mask)
-    for turn in traj.turns[:pivot]:
-        if turn.span is None:
-            raise ValueError("pivotal credit needs full-history trajectories (every turn has a span)")
-        start, end = turn.span
-        mask[start:end] = [0] * (end - start)
-    return mask
+    spans = [turn.span for turn in traj.turns[:pivot]]
+    if None in spans:
+        raise ValueError("pivotal credit needs full-history trajectories (every turn has a span)")
+    return _without_spans(traj.agent_mask, spans)
+
+
+def _without_spans(mask: Sequence[int], spans: Sequence[tuple[int, int]]) -> list[int]:
+    """``mask`` with the tokens of ``spans`` (a pivot's prefix turns) set to 0: pivotal credit, written once."""
+    out = list(mask)
+    for start, end in spans:
+        out[start:end] = [0] * (end - start)
+    return out
 
 
 class ReflectRetry:
@@ -324,9 +329,7 @@ class ReflectRetry:
         seq = replay(
             self.policy, system, [t.prompt_text for t in retry.turns], retry.turns, guidance=guidance, guided_at=p
         )
-        mask = list(seq.agent_mask)
-        for start, end in seq.spans[:p]:  # the prefix is context, not target (pivotal credit)
-            mask[start:end] = [0] * (end - start)
+        mask = _without_spans(seq.agent_mask, seq.spans[:p])  # the prefix is context, not target (pivotal credit)
         cut = [0] * len(mask)  # the target replies cut at the token cap, for a learner that leaves them out
         for turn, (start, end) in list(zip(retry.turns, seq.spans))[p:]:
             if turn.reply_cut:
