@@ -255,11 +255,6 @@ class TextEnv(gym.Env[str, str]):
             f"({len(self.task_ids)} tasks; see env.unwrapped.task_ids).{hint}"
         )
 
-    @property
-    def episode_actions(self) -> tuple[str, ...]:
-        """The actions played since the last reset, as the env received them (after sanitising)."""
-        return tuple(self._episode.actions) if self._episode else ()
-
     def _full_info(self, info: dict[str, Any]) -> dict[str, Any]:
         missing = {"admissible_actions", "won", "score"} - info.keys()
         if missing:

@@ -55,7 +55,7 @@ def test_oracle_pivot_restore_and_guided_retry(env_id):
     # restored state: a fresh env restored from the base's checkpoint before turn p has played the base's prefix
     fresh = gym.make(env_id)
     r3l_envs.restore(fresh, base.turns[PIVOT].checkpoint)
-    assert fresh.unwrapped.episode_actions == tuple(t.action for t in base.turns[:PIVOT])
+    assert r3l_envs.checkpoint(fresh).step == PIVOT
     assert (
         retry.kind == "retry"
         and retry.pivot == PIVOT
