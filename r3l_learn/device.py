@@ -1,7 +1,7 @@
 """Which precision a device computes natively, decided in one place.
 
 bf16 halves memory traffic and roughly doubles CPU throughput where the CPU has bf16 instructions
-(``avx512_bf16`` or AMX), but where it is emulated (AVX2-only CPUs) a bf16 matmul is ~57× *slower* than fp32.
+(``avx512_bf16`` or AMX), but where it is emulated (AVX2-only CPUs) a bf16 matmul is many times *slower* than fp32.
 So every "auto" choice of weights dtype, autocast or vLLM dtype goes through :func:`native_dtype`, which picks
 bf16 only where the device computes it, and logs what it chose and why.
 """

@@ -43,13 +43,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     # The README demo: the first half of one of the learning study's R³L runs (benchmarks/learning_study/grid.py,
     # mode "cpu", method "r3l-aux-own-mean": TextWorld's coin collector level 2, actions chosen among the admissible
     # ones, 4 turns, lr 1e-4, steps of 2 tasks × 4 trajectories, the oracle's diagnoses as reflection samples and
-    # the aux SFT term in its own token mean, which rose +0.23 to +0.31 in every seed over its first 4 steps; R³L's
-    # default rose +0.34, -0.06, +0.41 over its first 4 and in every seed over 8), stopped after 4 of its 8 steps,
-    # with held-out evals of 32 episodes (the first 32 of the study's 64) before and after. There the 135M model
-    # starts at ~0.4 held-out success and rises within 4 steps (benchmarks/RESULTS.md); level 1 is already won
-    # (1.0 before training), and on free-text Countdown the model never produces a parseable action (0 of 24
-    # replies), so nothing would be learned. The oracle reflector reads the game's walkthrough: a 135M model cannot
-    # reflect.
+    # the aux SFT term in its own token mean, the study's variant that rose in every seed within its first 4 steps),
+    # stopped after 4 of its 8 steps, with held-out evals of 32 episodes (the first 32 of the study's 64) before and
+    # after. The study's numbers are in benchmarks/RESULTS.md. Level 1 is already won before training, and on
+    # free-text Countdown the 135M model never produces a parseable action, so nothing would be learned there. The
+    # oracle reflector reads the game's walkthrough: a 135M model cannot reflect.
     # tests/benchmarks/test_learning.py checks that this stays the study's setting.
     "cpu-demo": {
         "env": "r3l/TextWorld-v0",
@@ -65,7 +63,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "group_size": 4,
         "max_new_tokens": 16,
         "lr": 1e-4,
-        "micro_batch_size": 2,  # R³L's stitched rows are long: micro-batches of 4 peaked at 11 GB in the study
+        "micro_batch_size": 2,  # R³L's stitched rows are long: micro-batches of 4 took too much memory in the study
         "eval_every": 0,
         "eval_episodes": 32,
         "eval_batch_size": 32,

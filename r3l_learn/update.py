@@ -10,8 +10,8 @@ How the auxiliary SFT rows are weighed is ``aux_mean``:
   This is the reference code's weighting, in which aux samples are reward-1 rows with advantage α in the same
   token mean, so their pull grows with their share of the batch's tokens.
 - ``"separate"``: λ times the aux rows' own token mean, the paper's formula read literally. It weighs the aux
-  term ``(N_policy + N_aux) / N_aux`` times heavier than the reference (≈ 3-4× on the TextWorld study), enough
-  for it to dominate the gradient: kept as an option because the first study ran with it (RESULTS.md).
+  term ``(N_policy + N_aux) / N_aux`` times heavier than the reference, enough for it to dominate the gradient:
+  kept as an option because the first learning study ran with it.
 
 ``agg`` is the chosen aggregation over the loss-masked tokens of the policy rows (token-mean by default),
 with denominators taken over the *whole* batch, so any split into micro-batches gives the same
