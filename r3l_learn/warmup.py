@@ -42,7 +42,7 @@ from typing import Any, Literal
 from r3l_learn.errors import R3LLearnError
 from r3l_learn.progress import phase
 from wrappers.chat import replay
-from wrappers.data import Sample, Trajectory
+from wrappers.data import Sample, Trajectory, save_jsonl
 from wrappers.envops import LocalCollector
 from wrappers.episode import AgentEpisode
 from wrappers.expert import _play as play_plans
@@ -59,6 +59,9 @@ logger = logging.getLogger(__name__)
 #: ``Sample.kind`` of a guided expert turn, and of the unguided anchor turn (``unguided=True``).
 GUIDED_KIND = "guided_expert"
 UNGUIDED_KIND = "unguided_own"
+
+#: the examples, saved beside the weights
+EXAMPLES_FILE = "warmup_examples.jsonl"
 
 #: the split the warm-up's tasks come from (never the held-out one)
 TRAIN_SPLIT = "train"
@@ -343,21 +346,40 @@ def example_loss(policy: Any, samples: Sequence[Sample], batch_size: int = 8) ->
     return total / max(tokens, 1.0)
 
 
+def _checkpointing(model: Any) -> bool:
+    """Whether activation checkpointing is on (transformers renamed the flag; the old name warns)."""
+    if hasattr(type(model), "is_activation_checkpointing"):
+        return bool(model.is_activation_checkpointing)
+    return bool(getattr(model, "is_gradient_checkpointing", False))
+
+
 def train_examples(
     policy: Any, samples: Sequence[Sample], config: WarmupConfig, *, progress: bool = True
 ) -> list[float]:
     """SFT of ``policy.model`` (an :class:`r3l_learn.hf_policy.HFPolicy`'s) on ``samples``; the mean loss of each
-    epoch, as trained (before each step's update)."""
+    epoch, as trained (before each step's update).
+
+    A step's ``batch_size`` examples run one at a time under activation checkpointing, their gradients summed with
+    the step's token-mean weights: memory stays that of one sequence (a batch of eight 2k-token contexts would
+    need tens of GB of activations).
+    """
     import torch
+
+    from r3l_learn.train_setup import enable_checkpointing
 
     if not samples:
         raise WarmupError("no warm-up examples to train on")
     torch.manual_seed(config.seed)
     order = random.Random(config.seed)
     model = policy.model
+    if hasattr(policy, "prompt_cache"):  # cached prompts are of no use to training and hold memory
+        policy.prompt_cache.clear()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
     steps = config.epochs * math.ceil(len(samples) / config.batch_size)
     epoch_losses = []
+    checkpointing = _checkpointing(model)
+    if not checkpointing:
+        enable_checkpointing(model)
     model.train()
     try:
         with phase("warm-up training", total=steps, unit="step", enabled=progress) as bar:
@@ -365,19 +387,27 @@ def train_examples(
                 shuffled = list(samples)
                 order.shuffle(shuffled)
                 total, tokens = 0.0, 0.0
-                for ids, attn, mask in _batches(shuffled, config.batch_size, policy.pad_token_id):
-                    loss = _nll(model, ids, attn, mask)
+                for first in range(0, len(shuffled), config.batch_size):
+                    step = shuffled[first : first + config.batch_size]
+                    weight = float(sum(sum(s.loss_mask) for s in step))
                     optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
+                    step_loss = 0.0
+                    for ids, attn, mask in _batches(step, 1, policy.pad_token_id):
+                        n = float(mask.sum())
+                        loss = _nll(model, ids, attn, mask) * (n / weight)
+                        loss.backward()
+                        step_loss += float(loss.detach())
                     torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
                     optimizer.step()
-                    n = float(mask.sum())
-                    total, tokens = total + float(loss.detach()) * n, tokens + n
+                    total, tokens = total + step_loss * weight, tokens + weight
                     bar.update()
-                    bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss.detach()):.3f}")
+                    bar.set_postfix(epoch=epoch + 1, loss=f"{step_loss:.3f}")
                 epoch_losses.append(total / max(tokens, 1.0))
     finally:
         model.eval()
+        if not checkpointing:  # as it was: the policy generates again after this
+            disable = getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable
+            disable()
         if hasattr(policy, "prompt_cache"):  # cached prompts hold the old weights' KV
             policy.prompt_cache.clear()
     return epoch_losses
@@ -422,12 +452,15 @@ def warmup(
             f"no guided example from {stats['bases']} train-split episodes ({stats['bases_won']} won, "
             f"{stats['skipped_unnamed']} guidances named no action): play more --episodes"
         )
+    if hasattr(policy, "prompt_cache"):  # the rollouts' cached prompts: memory the loss passes need
+        policy.prompt_cache.clear()
     with phase("warm-up loss before training", enabled=progress):
-        before = example_loss(policy, samples, config.batch_size)
+        before = example_loss(policy, samples, 1)
     epochs = train_examples(policy, samples, config, progress=progress)
     with phase("warm-up loss after training", enabled=progress):
-        after = example_loss(policy, samples, config.batch_size)
+        after = example_loss(policy, samples, 1)
     out.mkdir(parents=True, exist_ok=True)
+    save_jsonl(out / EXAMPLES_FILE, samples)  # what it was trained on, for inspection (r3l show reads no samples)
     policy.model.save_pretrained(out)
     policy.tokenizer.save_pretrained(out)
     record = {

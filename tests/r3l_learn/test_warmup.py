@@ -12,6 +12,7 @@ from r3l_learn.evaluate import load_policy
 from r3l_learn.hf_policy import HFPolicy
 from r3l_learn.models import tiny_model
 from r3l_learn.warmup import (
+    EXAMPLES_FILE,
     GUIDED_KIND,
     UNGUIDED_KIND,
     WarmupConfig,
@@ -23,6 +24,7 @@ from r3l_learn.warmup import (
     warmup,
 )
 from wrappers.chat import with_guidance
+from wrappers.data import load_jsonl
 from wrappers.expert import NoExpertPlanError
 
 TW = "r3l/TextWorld-v0"
@@ -128,6 +130,7 @@ def test_r3l_warmup_writes_a_folder_that_r3l_eval_loads(tmp_path, capsys):
     assert record["split"] == "train" and record["env_id"] == TW and record["env_kwargs"] == TW_KWARGS
     assert record["data"]["examples"] > 0 and record["settings"]["episodes"] == 8
     assert record["final_loss"] < record["loss_before"]
+    assert len(list(load_jsonl(out / EXAMPLES_FILE))) == record["data"]["examples"]
     loaded = load_policy(str(out), dtype="float32")
     assert loaded.model.config.vocab_size == model.config.vocab_size
     evaluated = ["eval", "--env", TW, "--env-kwargs", *kwargs, "--model", str(out), "--episodes", "1"]
