@@ -28,7 +28,7 @@ import gymnasium as gym
 import torch
 
 from r3l_learn.algorithms import Algorithm
-from r3l_learn.backends import resolve_rollout_backend
+from r3l_learn.backends import ROLLOUT_BACKENDS, resolve_rollout_backend
 from r3l_learn.batch import Row, cut_replies, rows_from_groups
 from r3l_learn.checkpoints import ResumeError, latest_checkpoint, rng_state, save_checkpoint
 from r3l_learn.collect import GroupBuilder, groups_with_contrast, make_group_builder
@@ -53,9 +53,8 @@ from r3l_learn.train_state import Interrupts, recorded_evals, report, resume_sta
 from r3l_learn.update import LossConfig, UpdateResult, apply_update, optimizer_steps, signal_rows
 from wrappers import Trajectory, TrajectoryGroup
 from wrappers.collector import Collector
-from wrappers.local_collector import LocalCollector
+from wrappers.local_collector import as_collector
 from wrappers.reflect_retry import aggregate_stats
-from wrappers.rollout import DEFAULT_ENV_WORKERS
 
 __all__ = [
     "RESUMABLE_CHANGES",
@@ -226,7 +225,8 @@ def _open(run: _Run, collector: Collector | None) -> None:
     if config.ray is not None:
         with phase(f"starting Ray ({config.ray})"):
             run.ray_started = connect_ray(config)
-    starts = config.ray_generation or resolve_rollout_backend(config.to_dict()) != "hf"  # else: the trained policy
+    engine = ROLLOUT_BACKENDS[resolve_rollout_backend(config.to_dict())].engine  # else: the trained policy plays
+    starts = config.ray_generation or engine
     label = "starting the generation actor" if config.ray_generation else "starting the vLLM engine"
     with phase(label) if starts else contextlib.nullcontext():
         run.player = rollout_policy(config, run.policy)
@@ -280,7 +280,8 @@ def _make_collector(config: TrainConfig) -> Collector:
             num_cpus=config.ray_cpus,
             memory_mb=config.ray_memory_mb,
         )
-    return LocalCollector(config.env, env_kwargs=env_kwargs, workers=DEFAULT_ENV_WORKERS)
+    collector, _ = as_collector(config.env, env_kwargs)  # made here: the run closes it
+    return collector
 
 
 def _loop(run: _Run, on_step: list[OnStep]) -> bool:
