@@ -33,7 +33,7 @@ from gymnasium.wrappers import TimeLimit
 
 from r3l_envs import codec
 from r3l_envs._version import __version__
-from r3l_envs.core import RestoreKind, TextEnv, _Episode
+from r3l_envs.core import EpisodeRecord, RestoreKind, TextEnv
 from r3l_envs.errors import (
     CheckpointAuthError,
     CheckpointMismatchError,
@@ -60,7 +60,7 @@ _VERSION = struct.Struct(">H")
 _RESTORE_KINDS = ("native", "replay")
 _BIT_GENERATORS = frozenset({"MT19937", "PCG64", "PCG64DXSM", "Philox", "SFC64"})
 
-codec.register_type(_Episode)
+codec.register_type(EpisodeRecord, former_names=("r3l_envs.core._Episode",))  # its name until 0.2
 
 # Kwargs that change how an env is shown, not how it behaves: a checkpoint may move across them.
 _PRESENTATION_KWARGS = frozenset({"render_mode"})
@@ -422,7 +422,7 @@ def _checked_state(state: Any, ckpt: Checkpoint, n_wrappers: int) -> dict[str, A
     require(isinstance(env, dict) and set(env) == {"episode", "native", "rng", "rng_seed"}, "env state keys")
     require(isinstance(wrappers, list) and len(wrappers) == n_wrappers, "one state per wrapper")
     episode = env["episode"]
-    require(isinstance(episode, _Episode), "no episode record")
+    require(isinstance(episode, EpisodeRecord), "no episode record")
     require(isinstance(episode.task_id, str) and episode.task_id == ckpt.task_id, "episode of another task")
     require(isinstance(episode.task, str) and isinstance(episode.observation, str), "episode texts")
     require(isinstance(episode.info, dict) and type(episode.done) is bool, "episode info")

@@ -65,11 +65,12 @@ _BY_NAME: dict[str, tuple[type, tuple[str, ...]]] = {}
 _BY_TYPE: dict[type, tuple[str, tuple[str, ...]]] = {}
 
 
-def register_type(cls: T) -> T:
+def register_type(cls: T, *, former_names: tuple[str, ...] = ()) -> T:
     """Let checkpoints carry instances of ``cls``, a dataclass or NamedTuple of plain data (use as a decorator).
 
     Instances travel as the class's ``module.qualname`` and their field values; decoding looks the name up
-    among registered classes only and calls ``cls(**fields)``.
+    among registered classes only and calls ``cls(**fields)``. ``former_names`` are names the class travelled
+    under before a rename: checkpoints written then still decode.
     """
     if dataclasses.is_dataclass(cls):
         fields = tuple(f.name for f in dataclasses.fields(cls) if f.init)
@@ -78,7 +79,8 @@ def register_type(cls: T) -> T:
     else:
         raise TypeError(f"register_type takes a dataclass or a NamedTuple, not {cls!r}")
     name = f"{cls.__module__}.{cls.__qualname__}"
-    _BY_NAME[name] = (cls, fields)
+    for known in (name, *former_names):
+        _BY_NAME[known] = (cls, fields)
     _BY_TYPE[cls] = (name, fields)
     return cls
 

@@ -31,7 +31,7 @@ from r3l_envs.errors import (
 )
 from r3l_envs.text_space import MAX_TEXT, TextSpace
 
-__all__ = ["INFO_KEYS", "MAX_TEXT", "EnvInfo", "TextEnv", "TextSpace", "observation_digest"]
+__all__ = ["INFO_KEYS", "MAX_TEXT", "EnvInfo", "EpisodeRecord", "TextEnv", "TextSpace", "observation_digest"]
 
 #: Keys every ``info`` dict has (the public contract of every r3l env).
 INFO_KEYS = ("task_id", "task", "admissible_actions", "won", "score", "step")
@@ -70,7 +70,7 @@ class EnvInfo:
 
 
 @dataclass
-class _Episode:
+class EpisodeRecord:
     """What the base class remembers about the running episode (all of it goes into checkpoints)."""
 
     task_id: str
@@ -131,7 +131,7 @@ class TextEnv(gym.Env[str, str]):
         self.render_mode = render_mode
         self.observation_space = TextSpace()
         self.action_space = TextSpace()
-        self._episode: _Episode | None = None
+        self._episode: EpisodeRecord | None = None
         self._closed = False
 
     # ------------------------------------------------------------------ subclass hooks
@@ -200,7 +200,7 @@ class TextEnv(gym.Env[str, str]):
             self.validate_task_id(task_id)
         rng_at_start = self.np_random.bit_generator.state
         observation, task, info = self._start(task_id)
-        self._episode = _Episode(
+        self._episode = EpisodeRecord(
             task_id=task_id, task=task, observation=observation, info={}, rng_at_start=rng_at_start
         )
         self._episode.info = self._full_info(info)
@@ -329,7 +329,7 @@ class TextEnv(gym.Env[str, str]):
         engine itself is not reproducible, the episode is dropped and the next step asks for a reset.
         """
         self._check_open()
-        episode: _Episode = state["episode"]
+        episode: EpisodeRecord = state["episode"]
         if via == "native":
             self._load_state(state["native"])
         else:
@@ -355,7 +355,7 @@ class TextEnv(gym.Env[str, str]):
         rng.bit_generator.state = bit_generator_state
         self._np_random = rng
 
-    def _replay(self, episode: _Episode) -> None:
+    def _replay(self, episode: EpisodeRecord) -> None:
         if episode.rng_at_start is not None:  # envs that draw from np_random in _start/_act replay the same draws
             self._set_rng(episode.rng_at_start)
         observation, _, _ = self._start(episode.task_id)
@@ -364,7 +364,7 @@ class TextEnv(gym.Env[str, str]):
             observation, reward, terminated, _ = self._act(action)
             self._verify(episode, i, observation_digest(self.canonical_observation(observation), reward, terminated))
 
-    def _verify(self, episode: _Episode, step: int, digest: str) -> None:
+    def _verify(self, episode: EpisodeRecord, step: int, digest: str) -> None:
         if episode.digests[step] != digest:
             raise ReplayDivergenceError(
                 f"{type(self).__name__}: replaying task {episode.task_id!r} diverged at step {step} "

@@ -242,3 +242,16 @@ def test_alfworld_replay_divergence_raises_the_typed_error_and_rolls_back():
     with pytest.raises(ReplayDivergenceError, match="diverged at step 1"):
         restore(env, diverging, via="replay")
     assert env.unwrapped._checkpoint_state()["episode"] == before
+
+
+def test_an_episode_record_written_under_its_former_name_still_decodes():
+    from r3l_envs import codec
+    from r3l_envs.core import EpisodeRecord
+
+    record = EpisodeRecord(task_id="t", task="a task", observation="hello", info={"won": False})
+    data = codec.encode(record)
+    assert b"r3l_envs.core.EpisodeRecord" in data
+    size = int.from_bytes(data[:4], "big")  # a 4-byte length of the JSON structure, the structure, the blob
+    text = data[4 : 4 + size].replace(b"r3l_envs.core.EpisodeRecord", b"r3l_envs.core._Episode")
+    former = len(text).to_bytes(4, "big") + text + data[4 + size :]
+    assert codec.decode(former) == record == codec.decode(data)
