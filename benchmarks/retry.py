@@ -166,7 +166,7 @@ def replay_costs(env_id: str, groups, rollout: RolloutConfig, repeats: int) -> d
             for _ in range(repeats + 1):  # the first round warms caches and is dropped
                 start = time.perf_counter()
                 episode = AgentEpisode.resume(
-                    env, ScriptedPolicy(replies[p:]), config, base, p, guidance=retry.metadata.get("guidance")
+                    env, ScriptedPolicy(replies[p:]), config, base, p, guidance=retry.guidance
                 )
                 (again,) = play([episode], episode.policy, config)
                 runs["pivot"].append(time.perf_counter() - start)

@@ -10,7 +10,7 @@ What the wrapper gives, per group (one task): ``trajectories`` and ``samples``. 
 sequence, every array aligned with ``token_ids``: ``agent_mask`` (the tokens the agent generated), ``loss_mask``
 (the ones to train: pivotal credit already applied) and ``behavior_logprobs`` (each agent token's log-prob when
 it was generated). A retry's turns from the pivot on were generated with the guidance in context, which the
-training sequence does not hold: ``guided_mask()`` marks those tokens (``Turn.logprob_context == "guided"``),
+training sequence does not hold: ``guided_mask()`` marks those tokens (``Turn.guided``),
 whose recorded log-probs belong to another context. ``samples`` are auxiliary SFT sequences with their own
 ``loss_mask``.
 

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         policy = OpenAIPolicy(name, tokenizer_for(args.model), base_url=url, vllm_extensions=True, max_context=2048)
         summary, trajs = evaluate(args.env, policy, episodes=args.eval_episodes, config=rollout, progress=False)
         turns = [turn for t in trajs for turn in t.turns]
-        exact = sum(not any(math.isnan(x) for x in turn.logprobs) for turn in turns)
+        exact = sum(not any(math.isnan(x) for x in turn.behavior_logprobs) for turn in turns)
         logger.info(
             "eval through the server: %d episodes, success %.2f, %.1f tokens each, %d of %d turns token-exact",
             summary.episodes,

@@ -139,7 +139,7 @@ def replay(
 
     seq = ChatSequence(policy, [{"role": "system", "content": system}, {"role": "user", "content": user(0)}])
     for i, turn in enumerate(turns):
-        seq.add_generation(turn.response, turn.token_ids, turn.logprobs, turn.sampled)
+        seq.add_generation(turn.response, turn.token_ids, turn.behavior_logprobs, turn.sampled)
         if i + 1 < len(users):
             seq.add_user(user(i + 1))
     return seq

@@ -10,10 +10,10 @@ reward, info) and the exact token sequence to train on, with per-token arrays al
 - ``loss_mask``: 1 on the tokens a learner trains: ``agent_mask``, minus what the group builder chose not to
   train (R³L's pivotal credit zeroes the turns before a retry's pivot, in the retry and its base).
 - ``behavior_logprobs``: each agent token's log-prob under the policy that generated it, in the context it was
-  generated in (0.0 outside the replies). Each turn names that context (``Turn.logprob_context``): ``"sequence"``,
-  this very sequence (so they are the behaviour policy's log-probs for it), or ``"guided"``, the same sequence with
-  a reflection's guidance inserted before the pivot's user message (a retry's turns from its pivot on; the
-  guidance is in ``metadata["guidance"]``, never in the tokens). On the reply tokens the rollout wrote
+  generated in (0.0 outside the replies). Each turn says which context that was (``Turn.guided``): this very
+  sequence (so they are the behaviour policy's log-probs for it), or, for a retry's turns from its pivot on, the
+  same sequence with the retry's guidance (``Trajectory.guidance``, the one place it is kept; never in the tokens)
+  inserted before the pivot's user message. On the reply tokens the rollout wrote
   (``agent_mask`` 0) they hold the policy's log-prob of that token as well, which nothing may use: no loss, ratio
   or KL term covers a token outside ``agent_mask``. :meth:`Trajectory.guided_mask` gives the context per token,
   and :meth:`Trajectory.sequences` gives every training sequence with all of these aligned.
@@ -53,7 +53,6 @@ from wrappers.safe_text import quote
 
 __all__ = [
     "FORMAT_VERSION",
-    "LOGPROB_CONTEXTS",
     "DataFormatError",
     "Sample",
     "TrainingSequence",
@@ -70,11 +69,10 @@ __all__ = [
 #: 2: ``id``/``base_id``, ``agent_mask`` beside ``loss_mask``, ``behavior_logprobs`` with each turn's
 #: ``logprob_context``, sequences that end with the last reply. 3: ``agent_mask`` 0 on the reply tokens the rollout
 #: wrote around the policy's choice, which each turn's ``sampled`` locates (``None`` in older records: the whole
-#: reply, as their masks say). Older records are upgraded on reading.
-FORMAT_VERSION = 3
-
-#: What ``Turn.logprob_context`` may say: the context the turn's log-probs were generated under.
-LOGPROB_CONTEXTS = ("sequence", "guided")
+#: reply, as their masks say). 4: behaviour log-probs have one name end to end (a turn's ``logprobs`` became
+#: ``behavior_logprobs``), and guidance one representation: a turn's ``guided`` flag (was ``logprob_context``) and
+#: the trajectory's ``guidance`` (was ``metadata["guidance"]``). Older records are upgraded on reading.
+FORMAT_VERSION = 4
 
 
 def new_id(*parts: Any) -> str:
@@ -101,11 +99,11 @@ class Turn:
         parse_error: why parsing failed, or ``None``.
         outcome: the env's observation after the action, or the feedback text when the env was not stepped.
         reward, terminated, truncated, info: the env's answer (``info`` unchanged when not stepped).
-        token_ids, logprobs: the generated ids and their log-probs under the policy's raw distribution, in the
-            context named by ``logprob_context``.
-        logprob_context: ``"sequence"`` when the turn was generated from exactly its training context (the
-            trajectory's tokens before ``span``, or ``prompt_ids``), ``"guided"`` when the guidance of a retry
-            was in the context too (the training sequence never holds it).
+        token_ids, behavior_logprobs: the generated ids and their log-probs under the policy's raw distribution
+            that generated them, in the context ``guided`` says.
+        guided: the turn was generated with its trajectory's ``guidance`` in the context (a retry's turns from its
+            pivot on; the training sequence never holds it); ``False``: from exactly its training context (the
+            trajectory's tokens before ``span``, or ``prompt_ids``).
         finish_reason: ``"stop"`` (end of turn or stop string) or ``"length"``: the reply was cut at the
             generation cap (``max_new_tokens``), whatever the rollout then wrote to close it (see :attr:`reply_cut`).
         span: ``[start, end)`` of ``token_ids`` inside the trajectory's ``token_ids`` (``None`` when the turn
@@ -134,8 +132,8 @@ class Turn:
     truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
     token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    logprob_context: str = "sequence"
+    behavior_logprobs: list[float] = field(default_factory=list)
+    guided: bool = False
     finish_reason: str = "stop"
     parse_error: str | None = None
     span: tuple[int, int] | None = None
@@ -143,6 +141,11 @@ class Turn:
     constrained: bool = False
     sampled: tuple[int, int] | None = None
     checkpoint: Checkpoint | None = None
+
+    @property
+    def logprobs(self) -> list[float]:
+        """The former name of :attr:`behavior_logprobs` (read-only), for callers not yet renamed."""
+        return self.behavior_logprobs
 
     @property
     def reply_cut(self) -> bool:
@@ -194,6 +197,8 @@ class Trajectory:
         kind: ``"base"`` for a plain policy rollout; the reflect-retry wrapper adds ``"retry"`` and others.
         pivot: the 0-based turn index a retry restarted from (``None`` for a base).
         base_id: the ``id`` of the trajectory a retry restarted from (``None`` for a base).
+        guidance: the text a retry saw in its generation context before its pivot's user message (``None``: none;
+            never in the training sequence); its turns generated under it are ``Turn.guided``.
         turns: the agent turns in order.
         messages: the chat of the training sequence (system, user, assistant, ..., ending with the last
             assistant reply; a trajectory stopped before its first reply keeps its system and first user message
@@ -206,7 +211,7 @@ class Trajectory:
         stop_reason: ``"terminated"``, ``"truncated"`` (env time limit), ``"max_turns"`` or ``"context_length"``
             (the next prompt plus a reply would not fit the policy's context: that prompt is not stored); an
             expert demonstration whose plan ran out first: ``"plan_end"`` (:mod:`wrappers.expert`).
-        metadata: free-form (policy name, sampling settings, seed, template, a retry's ``guidance``...).
+        metadata: free-form (policy name, sampling settings, seed, template, a base's ``reflection``...).
     """
 
     env_id: str
@@ -216,6 +221,7 @@ class Trajectory:
     kind: str = "base"
     pivot: int | None = None
     base_id: str | None = None
+    guidance: str | None = None
     turns: list[Turn] = field(default_factory=list)
     messages: list[dict[str, str]] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
@@ -248,10 +254,10 @@ class Trajectory:
 
     def guided_mask(self) -> list[int]:
         """Per token of ``token_ids``: 1 where the behaviour log-prob was taken with guidance in the context
-        (turns whose ``logprob_context`` is ``"guided"``), 0 elsewhere."""
+        (the tokens of :attr:`Turn.guided` turns), 0 elsewhere; derived from the turns, never stored."""
         mask = [0] * len(self.token_ids)
         for turn in self.turns:
-            if turn.logprob_context == "guided" and turn.span is not None:
+            if turn.guided and turn.span is not None:
                 start, end = turn.span
                 mask[start:end] = [1] * (end - start)
         return mask
@@ -271,10 +277,9 @@ class Trajectory:
         for t in self.turns:
             prompt, n = t.prompt_ids or [], len(t.token_ids)
             mask = [0] * len(prompt) + t.sampled_mask()
-            guided = [0] * len(prompt) + [int(t.logprob_context == "guided")] * n
-            out.append(
-                TrainingSequence([*prompt, *t.token_ids], mask, list(mask), [0.0] * len(prompt) + t.logprobs, guided)
-            )
+            guided = [0] * len(prompt) + [int(t.guided)] * n
+            logprobs = [0.0] * len(prompt) + t.behavior_logprobs
+            out.append(TrainingSequence([*prompt, *t.token_ids], mask, list(mask), logprobs, guided))
         return out
 
     def cut_reply_masks(self) -> list[list[int]]:
@@ -302,8 +307,7 @@ class Trajectory:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:
         """Rebuild from :meth:`to_dict` output of this or an older format version."""
-        if _version(data) == 1:
-            data = _trajectory_from_v1(data, new_id("v1", _digest(data)))
+        data = _upgraded("trajectory", data)
         data = {k: v for k, v in data.items() if k not in ("type", "version", "num_turns", "num_tokens")}
         data["turns"] = [Turn.from_dict(t) for t in data.get("turns", [])]
         return cls(**data)
@@ -325,7 +329,7 @@ class Sample:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Sample:
-        _version(data)  # the sample's fields are the same in every version so far
+        data = _upgraded("sample", data)  # the sample's fields are the same in every version so far
         return cls(**{k: v for k, v in data.items() if k not in ("type", "version")})
 
 
@@ -361,8 +365,7 @@ class TrajectoryGroup:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrajectoryGroup:
         """Rebuild from :meth:`to_dict` output of this or an older format version."""
-        if _version(data) == 1:
-            data = _group_from_v1(data)
+        data = _upgraded("group", data)
         return cls(
             env_id=data["env_id"],
             task_id=data["task_id"],
@@ -423,15 +426,15 @@ def _group_from_v1(data: dict[str, Any]) -> dict[str, Any]:
         if isinstance(index, int) and 0 <= index < len(ids):
             traj["base_id"] = ids[index]
         trajectories.append(traj)
-    samples = [{**s, "version": FORMAT_VERSION} for s in data["samples"]]
-    return {**data, "version": FORMAT_VERSION, "trajectories": trajectories, "samples": samples}
+    samples = [{**s, "version": 3} for s in data["samples"]]
+    return {**data, "version": 3, "trajectories": trajectories, "samples": samples}
 
 
 def _trajectory_from_v1(data: dict[str, Any], traj_id: str) -> dict[str, Any]:
-    """A format-1 trajectory as format 2 (a new dict; ``data`` is not changed).
+    """A format-1 trajectory as format 3 (a new dict; ``data`` is not changed).
 
     - ``logprobs`` becomes ``behavior_logprobs``; a retry flagged ``metadata["guided_logprobs"]`` (with a
-      guidance) marks its turns from the pivot on ``logprob_context="guided"``, as format 2 records them.
+      guidance) marks its turns from the pivot on ``logprob_context="guided"``, as formats 2 and 3 record them.
     - ``agent_mask`` is rebuilt from the turns' spans (``loss_mask`` stays: it was the training mask).
     - The sequence ends with the last reply: a trailing unanswered user turn is dropped, as format 2 does.
     - ``metadata["base_index"]`` is dropped here (:func:`_group_from_v1` turns it into ``base_id``).
@@ -471,7 +474,7 @@ def _trajectory_from_v1(data: dict[str, Any], traj_id: str) -> dict[str, Any]:
         behavior_logprobs=logprobs,
         metadata=meta,
     )
-    return {"type": "trajectory", "version": FORMAT_VERSION, **out}
+    return {"type": "trajectory", "version": 3, **out}
 
 
 def _from_v2(kind: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -480,7 +483,7 @@ def _from_v2(kind: str, data: dict[str, Any]) -> dict[str, Any]:
     if kind == "group" and isinstance(data.get("trajectories"), list) and isinstance(data.get("samples"), list):
         return {
             **data,
-            "version": FORMAT_VERSION,
+            "version": 3,
             "trajectories": [_as_v3(t) for t in data["trajectories"]],
             "samples": [_as_v3(s) for s in data["samples"]],
         }
@@ -488,7 +491,49 @@ def _from_v2(kind: str, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _as_v3(record: Any) -> Any:
-    return {**record, "version": FORMAT_VERSION} if isinstance(record, dict) else record
+    return {**record, "version": 3} if isinstance(record, dict) else record
+
+
+def _from_v3(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    """A format-3 record as format 4 (a new dict): each turn's ``logprobs`` becomes ``behavior_logprobs`` and its
+    ``logprob_context`` the ``guided`` flag; a trajectory's ``metadata["guidance"]`` becomes its ``guidance``. A
+    sample's fields are the same. Values are moved as they are: the check that follows judges them."""
+    if kind == "group" and isinstance(data.get("trajectories"), list) and isinstance(data.get("samples"), list):
+        return {
+            **data,
+            "version": FORMAT_VERSION,
+            "trajectories": [_trajectory_from_v3(t) for t in data["trajectories"]],
+            "samples": [{**s, "version": FORMAT_VERSION} if isinstance(s, dict) else s for s in data["samples"]],
+        }
+    if kind == "trajectory":
+        return _trajectory_from_v3(data)
+    return {**data, "version": FORMAT_VERSION}
+
+
+def _trajectory_from_v3(data: Any) -> Any:
+    if not isinstance(data, dict):
+        return data
+    out = {**data, "version": FORMAT_VERSION}
+    meta = data.get("metadata")
+    if isinstance(meta, dict) and "guidance" in meta:
+        out["metadata"] = {k: v for k, v in meta.items() if k != "guidance"}
+        out["guidance"] = meta["guidance"]
+    if isinstance(data.get("turns"), list):
+        out["turns"] = [_turn_from_v3(t) for t in data["turns"]]
+    return out
+
+
+def _turn_from_v3(turn: Any) -> Any:
+    if not isinstance(turn, dict):
+        return turn
+    out = {k: v for k, v in turn.items() if k not in ("logprobs", "logprob_context")}
+    if "logprobs" in turn:
+        out["behavior_logprobs"] = turn["logprobs"]
+    context = turn.get("logprob_context", "sequence")
+    if context not in ("sequence", "guided"):
+        raise DataFormatError(f"a format-3 turn's logprob_context is {quote(context)}, not 'sequence' or 'guided'")
+    out["guided"] = context == "guided"
+    return out
 
 
 def _check_v1_span(span: Any, n: int) -> None:
@@ -504,17 +549,20 @@ def _upgraded(kind: str, data: dict[str, Any]) -> dict[str, Any]:
     if version == FORMAT_VERSION:
         return data
     if version == 2:
-        return _from_v2(kind, data)
-    try:
-        if kind == "group":
-            return _group_from_v1(data)
-        if kind == "trajectory":
-            return _trajectory_from_v1(data, new_id("v1", _digest(data)))
-        return {**data, "version": FORMAT_VERSION}  # a sample's fields are the same in every version so far
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError) as exc:
-        if isinstance(exc, DataFormatError):
-            raise
-        raise DataFormatError(f"a format-1 {kind} record that cannot be upgraded ({repr(exc)[:200]})") from None
+        data = _from_v2(kind, data)
+    elif version == 1:
+        try:
+            if kind == "group":
+                data = _group_from_v1(data)
+            elif kind == "trajectory":
+                data = _trajectory_from_v1(data, new_id("v1", _digest(data)))
+            else:
+                data = {**data, "version": 3}  # a sample's fields are the same in every version so far
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError) as exc:
+            if isinstance(exc, DataFormatError):
+                raise
+            raise DataFormatError(f"a format-1 {kind} record that cannot be upgraded ({repr(exc)[:200]})") from None
+    return _from_v3(kind, data)
 
 
 def _read_record(text: str, max_depth: int, checkpoints: bool) -> Trajectory | TrajectoryGroup | Sample:

@@ -190,7 +190,7 @@ class AgentEpisode:
         token-identical to the base's; its ``base_id`` is ``base.id``. ``guidance``, if given, is put before the
         pivot turn's user message in the *generation* context only; the trajectory's training sequence never
         contains it (as R³L generates its retries), and the turns generated under it say so
-        (``logprob_context="guided"``).
+        (:attr:`wrappers.data.Turn.guided`); the guidance itself is kept in ``Trajectory.guidance``.
         """
         (episode,) = cls.resume_many([env], policy, config, [base], [pivot], guidances=[guidance], kind=kind)
         return episode
@@ -245,7 +245,7 @@ class AgentEpisode:
         self.info = {**previous, "task_id": base.task_id, "task": base.task, "admissible_actions": at.admissible}
         self.trajectory = self._new_trajectory(base.metadata.get("seed"))
         self.trajectory.kind, self.trajectory.pivot, self.trajectory.base_id = kind, pivot, base.id
-        self.trajectory.metadata["guidance"] = guidance
+        self.trajectory.guidance = guidance
         self.trajectory.turns = [copy.deepcopy(t) for t in base.turns[:pivot]]
         self._shown = [t.prompt_text for t in base.turns[: pivot + 1]]
         prefix = base.turns[:pivot]
@@ -429,13 +429,13 @@ class AgentEpisode:
             prompt_text=self._shown[-1],
             admissible=_jsonable(self.admissible),
             token_ids=list(gen.token_ids),
-            logprobs=list(gen.logprobs),
+            behavior_logprobs=list(gen.logprobs),
             finish_reason=gen.finish_reason,
             parse_error=error,
             constrained=constrained,
             sampled=sampled,
             checkpoint=self._checkpoint,
-            logprob_context="sequence" if self._context is None else "guided",
+            guided=self._context is not None,
         )
         if self.config.history is None:
             turn.span = self._sequence.add_generation(gen.text, gen.token_ids, gen.logprobs, sampled)

@@ -11,7 +11,7 @@ played through the same :class:`wrappers.episode.AgentEpisode` as a rollout:
   that kind of turn (constrained choices with the end-of-turn token, as their candidates are; free text at the
   action's closing tag, or with the end-of-turn token when generation does not stop at the action);
 - each reply's recorded log-probs are ``policy.score`` of exactly those tokens in exactly their training context,
-  so ratio objectives and KL see the policy's own probabilities (``logprob_context="sequence"``);
+  so ratio objectives and KL see the policy's own probabilities (not ``Turn.guided``);
 - a turn is constrained (``Turn.constrained``) only where the agent could have chosen it: in constrained mode the
   plan's action is one of the admissible actions (their spelling is used) or fills the page's one placeholder; any other
   plan action is played as the free-text reply that says it.

@@ -27,7 +27,7 @@ be passed in instead of the env. The groups are bit-identical whatever the backe
 
 A group carries what a learner needs and nothing tied to R³L's loss: rewards, kinds, pivots, ids and base
 links, agent and loss masks, token ids, behaviour log-probs (a retry's turns from the pivot on were generated
-*with* the guidance in context, ``Turn.logprob_context == "guided"``: off-policy for the distilled sequence),
+*with* the guidance in context, ``Turn.guided``: off-policy for the distilled sequence),
 auxiliary samples, and ``metadata["stats"]``. See ``examples/grpo_with_reflect_retry.py`` for a user's own GRPO
 consuming them. Ids are derived from ``seed`` (the same collect gives the same ids, whatever the waves).
 """
@@ -320,7 +320,7 @@ class ReflectRetry:
                     metadata=dict(meta),
                 )
             )
-        samples.append(self._guided(retry, retry.metadata.get("guidance") or refl.guidance(), dict(meta)))
+        samples.append(self._guided(retry, retry.guidance or refl.guidance(), dict(meta)))
         return samples
 
     def _guided(self, retry: Trajectory, guidance: str, meta: dict[str, Any]) -> Sample:

@@ -83,7 +83,7 @@ def base_and_retry(
             {
                 "task": bases[i].task_id,
                 "pivot": retries[i].pivot,
-                "guidance": retries[i].metadata.get("guidance"),
+                "guidance": retries[i].guidance,
                 "actions": [t.action for t in retries[i].turns],
                 "won": retries[i].won,
             }

@@ -46,7 +46,7 @@ def test_replay_rebuilds_a_chat_from_turns_with_guidance_at_one_user_turn(policy
 
     turns = [Turn("o", r, "a", token_ids=[*policy.tokenize(r), policy.eos_token_ids[0]]) for r in ("one", "two")]
     for t in turns:
-        t.logprobs = [-1.0] * len(t.token_ids)
+        t.behavior_logprobs = [-1.0] * len(t.token_ids)
     users = ["u0", "u1", "u2"]
     for at in (0, 1, 2):
         seq = replay(policy, "sys", users, turns, guidance="HINT", guided_at=at)

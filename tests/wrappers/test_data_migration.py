@@ -1,6 +1,7 @@
-"""Format-1 files (written before the data model had a version: tests/fixtures/data_v1) load as format 2: ids and
-base links instead of positions, the agent mask beside the training mask, each turn's log-prob context, and
-sequences that end with the last reply."""
+"""Files of older format versions load as the current one. Format 1 (written before the data model had a
+version: tests/fixtures/data_v1): ids and base links instead of positions, the agent mask beside the training mask,
+each turn's guided flag, and sequences that end with the last reply. Format 3: one name for behaviour log-probs
+and one place for the guidance."""
 
 import json
 from pathlib import Path
@@ -45,7 +46,7 @@ def test_v1_group_loads_with_ids_and_base_links(raw, loaded):
     assert len(group.samples) == 2 and group.metadata == raw[0]["metadata"]
 
 
-def test_v1_masks_and_logprob_contexts(raw, loaded):
+def test_v1_masks_and_guided_turns(raw, loaded):
     group = loaded[0]
     for old, traj in zip(raw[0]["trajectories"], group.trajectories, strict=True):
         assert traj.token_ids == old["token_ids"] and traj.loss_mask == old["loss_mask"]  # nothing to trim here
@@ -55,9 +56,9 @@ def test_v1_masks_and_logprob_contexts(raw, loaded):
             assert all(traj.agent_mask[turn.span[0] : turn.span[1]])
     base, retry, _ = group.trajectories
     p = retry.pivot
-    assert p == 1 and retry.metadata["guidance"]
-    assert [t.logprob_context for t in retry.turns] == ["sequence"] * p + ["guided"] * (retry.num_turns - p)
-    assert all(t.logprob_context == "sequence" for t in base.turns)
+    assert p == 1 and retry.guidance and "guidance" not in retry.metadata
+    assert [t.guided for t in retry.turns] == [False] * p + [True] * (retry.num_turns - p)
+    assert not any(t.guided for t in base.turns)
     # pivotal credit had overwritten loss_mask: the agent mask now keeps what it removed
     assert base.loss_mask != base.agent_mask and sum(base.agent_mask) - sum(base.loss_mask) == len(
         base.turns[0].token_ids
@@ -89,3 +90,44 @@ def test_v1_files_are_rewritten_as_the_current_version(loaded, tmp_path):
     save_jsonl(path, loaded)
     assert {json.loads(line)["version"] for line in path.read_text().splitlines()} == {FORMAT_VERSION}
     assert list(load_jsonl(path)) == loaded
+
+
+def as_format_3(record: dict) -> dict:
+    """A current group record as format 3 wrote it: a turn's ``logprobs`` and ``logprob_context``, the guidance in
+    the trajectory's metadata."""
+
+    def turn(t: dict) -> dict:
+        out = {k: v for k, v in t.items() if k not in ("behavior_logprobs", "guided")}
+        return {**out, "logprobs": t["behavior_logprobs"], "logprob_context": "guided" if t["guided"] else "sequence"}
+
+    def trajectory(t: dict) -> dict:
+        out = {k: v for k, v in t.items() if k != "guidance"}
+        meta = {**t["metadata"], "guidance": t["guidance"]} if t["kind"] == "retry" else t["metadata"]
+        return {**out, "version": 3, "metadata": meta, "turns": [turn(x) for x in t["turns"]]}
+
+    samples = [{**s, "version": 3} for s in record["samples"]]
+    return {**record, "version": 3, "trajectories": [trajectory(t) for t in record["trajectories"]], "samples": samples}
+
+
+def test_format_3_files_load_with_one_name_for_log_probs_and_guidance(loaded, tmp_path):
+    group = loaded[0]
+    retry = group.trajectories[1]
+    assert retry.guidance and any(t.guided for t in retry.turns)  # the case the upgrade must carry over
+    old = as_format_3(group.to_dict())
+    assert "guidance" in old["trajectories"][1]["metadata"] and "logprobs" in old["trajectories"][1]["turns"][0]
+    path = tmp_path / "v3.jsonl"
+    path.write_text(json.dumps(old) + "\n")
+    (again,) = load_jsonl(path)
+    assert again.to_dict() == group.to_dict()
+    assert TrajectoryGroup.from_dict(old).to_dict() == group.to_dict()  # the export's path: from_dict upgrades too
+
+
+def test_a_format_3_turn_with_an_unknown_log_prob_context_is_refused(loaded, tmp_path):
+    from wrappers.jsonl import DataFormatError
+
+    old = as_format_3(loaded[0].to_dict())
+    old["trajectories"][0]["turns"][0]["logprob_context"] = "elsewhere"
+    path = tmp_path / "v3.jsonl"
+    path.write_text(json.dumps(old) + "\n")
+    with pytest.raises(DataFormatError, match="logprob_context"):
+        list(load_jsonl(path))

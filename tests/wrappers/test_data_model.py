@@ -73,7 +73,7 @@ def test_agent_mask_covers_exactly_the_generated_tokens(trajectory):
         start, end = turn.span
         assert t.token_ids[start:end] == turn.token_ids
         assert t.behavior_logprobs[start:end] == turn.logprobs
-        assert turn.logprob_context == "sequence"  # a plain rollout generates from its own sequence
+        assert not turn.guided  # a plain rollout generates from its own sequence
         covered.update(range(start, end))
     assert {i for i, m in enumerate(t.agent_mask) if m} == covered
     assert t.loss_mask == t.agent_mask and sum(t.agent_mask) == t.num_tokens  # no builder chose otherwise

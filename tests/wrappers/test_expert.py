@@ -39,13 +39,13 @@ def _assert_policy_logprobs(policy, traj):
         start, end = turn.span
         assert traj.token_ids[start:end] == turn.token_ids
         (expected,) = policy.score([traj.token_ids[:start]], [turn.token_ids])
-        assert turn.logprobs == pytest.approx(expected, abs=1e-4)
+        assert turn.behavior_logprobs == pytest.approx(expected, abs=1e-4)
         assert traj.behavior_logprobs[start:end] == turn.logprobs
         # a constrained choice carries loss on the action's tokens alone, as a rollout's does; free text on it all
         chosen = policy.tokenize(turn.action) if turn.constrained else turn.token_ids
         assert [t for t, a in zip(turn.token_ids, traj.agent_mask[start:end]) if a] == chosen
-        assert turn.logprob_context == "sequence"
-        assert all(lp < 0 for lp in turn.logprobs)  # a random model's real scores, not placeholders
+        assert not turn.guided
+        assert all(lp < 0 for lp in turn.behavior_logprobs)  # a random model's real scores, not placeholders
 
 
 def test_a_free_text_expert_trajectory_wins_by_saying_the_plan_in_the_answer_format(tiny_policy):
@@ -110,7 +110,7 @@ def test_a_windowed_history_scores_each_reply_in_its_own_prompt(tiny_policy):
     assert traj.won
     for turn in traj.turns:
         (expected,) = tiny_policy.score([turn.prompt_ids], [turn.token_ids])
-        assert turn.prompt_ids is not None and turn.logprobs == pytest.approx(expected, abs=1e-4)
+        assert turn.prompt_ids is not None and turn.behavior_logprobs == pytest.approx(expected, abs=1e-4)
 
 
 def test_an_env_without_an_expert_is_a_clear_error(tiny_policy):

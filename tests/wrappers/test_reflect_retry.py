@@ -93,7 +93,7 @@ def test_distilled_prefix_is_token_identical_and_has_no_guidance(corridor_groups
             text = policy.decode(retry.token_ids)
             assert "walk right" not in text and "root cause" not in text.lower()
             assert not any("walk right" in m["content"] for m in retry.messages)
-            assert retry.metadata["guidance"] and "walk right" in retry.metadata["guidance"]
+            assert retry.guidance and "walk right" in retry.guidance
             # the pivot's observation is shown once: the retry has as many user turns as turns (plus none extra)
             users = [m for m in retry.messages if m["role"] == "user"]
             assert len(users) == retry.num_turns
@@ -137,12 +137,12 @@ def test_retry_logprobs_name_the_guided_context(corridor_groups):
     _, groups = corridor_groups
     for g in groups:
         for t in g.trajectories:
-            contexts = [turn.logprob_context for turn in t.turns]
+            guided = [turn.guided for turn in t.turns]
             if t.kind == "base":
-                assert set(contexts) == {"sequence"} and not any(t.guided_mask())
+                assert not any(guided) and not any(t.guided_mask())
                 continue
             p = t.pivot
-            assert contexts == ["sequence"] * p + ["guided"] * (t.num_turns - p)
+            assert guided == [False] * p + [True] * (t.num_turns - p)
             assert t.guided_mask() == expected_mask(t, p)  # exactly the agent tokens from the pivot on
             (seq,) = t.sequences()
             assert seq.guided_mask == t.guided_mask() and seq.loss_mask == t.loss_mask
@@ -293,7 +293,7 @@ def test_math_oracle_does_not_leak_the_answer_by_default():
     env.reset(options={"task_id": "countdown-train-000003"})
     answer = env.unwrapped.reference_answer()
     retry = g.trajectories[1]
-    assert retry.kind == "retry" and answer not in retry.metadata["guidance"] and not retry.won
+    assert retry.kind == "retry" and answer not in retry.guidance and not retry.won
     assert g.samples == []  # the retry did not beat its base
 
 

@@ -74,7 +74,7 @@ def test_constrained_mode_always_yields_admissible_actions(tiny_policy):
             assert turn.token_ids[-1] in tiny_policy.eos_token_ids
             start, _ = turn.span  # the recorded log-probs are the policy's scores of exactly these ids
             rescored = tiny_policy.score([t.token_ids[:start]], [turn.token_ids])[0]
-            assert turn.logprobs == pytest.approx(rescored, abs=1e-4)
+            assert turn.behavior_logprobs == pytest.approx(rescored, abs=1e-4)
     # sampling at temperature 1 over 4 x 6 choices is not stuck on one action
     assert len({turn.action for t in trajs for turn in t.turns}) > 1
 
@@ -120,7 +120,8 @@ def test_history_window_keeps_the_last_turns():
     assert len(seqs) == 4
     for turn, (ids, agent, mask, logprobs, guided) in zip(t.turns, seqs):
         assert ids[-len(turn.token_ids) :] == turn.token_ids and sum(mask) == len(turn.token_ids)
-        assert logprobs[-len(turn.token_ids) :] == turn.logprobs and ids[: -len(turn.token_ids)] == turn.prompt_ids
+        assert logprobs[-len(turn.token_ids) :] == turn.behavior_logprobs
+        assert ids[: -len(turn.token_ids)] == turn.prompt_ids
         assert agent == mask and not any(guided)
     # the trajectory's own sequence is the last turn's: the prompt it was generated from, and its reply
     last = seqs[-1]
@@ -174,7 +175,7 @@ def test_resume_from_a_pivot_keeps_the_prefix_token_identical_and_guidance_out_o
     episode = AgentEpisode.resume(env, policy, config, base, pivot, guidance="HINT: walk right.")
     assert r3l_envs.checkpoint(env).step == sum(t.action is not None for t in base.turns[:pivot])  # at the pivot
     (retry,) = play([episode], policy, config, seed=0)
-    assert retry.kind == "retry" and retry.pivot == pivot and retry.metadata["guidance"] == "HINT: walk right."
+    assert retry.kind == "retry" and retry.pivot == pivot and retry.guidance == "HINT: walk right."
     assert retry.turns[:pivot] == base.turns[:pivot]
     cut = base.turns[pivot].span[0]
     assert retry.token_ids[:cut] == base.token_ids[:cut] and retry.loss_mask[:cut] == base.loss_mask[:cut]
@@ -209,7 +210,7 @@ def test_constrained_mode_has_the_policy_fill_a_lone_slot_template():
     assert first.admissible == ["search[<query>]"] and first.constrained and first.parse_error is None
     assert first.action == "search[protein bars]" and first.response == "<action>search[protein bars]</action>"
     assert policy.decode(first.token_ids) == first.response + policy.decode([policy.eos_token_ids[0]])
-    assert len(first.logprobs) == len(first.token_ids)
+    assert len(first.behavior_logprobs) == len(first.token_ids)
     assert t.turns[1].constrained and t.turns[1].action in t.turns[1].admissible
 
 
@@ -240,7 +241,7 @@ def test_direct_mode_has_the_policy_write_the_action_alone():
     assert first.action == "1 + 1" and first.parse_error is None and first.response == "<action>1 + 1</action>"
     assert second.action == solution and t.won
     assert policy.decode(second.token_ids) == second.response + policy.decode([policy.eos_token_ids[0]])
-    assert len(second.logprobs) == len(second.token_ids)
+    assert len(second.behavior_logprobs) == len(second.token_ids)
     assert t.metadata["direct"] is True
 
 

@@ -52,7 +52,7 @@ def group(text: str = "") -> TrajectoryGroup:
             admissible=["left", f"right{text}"],
             outcome=f"a wall {text}",
             token_ids=[5, 6],
-            logprobs=[-0.1, -0.2],
+            behavior_logprobs=[-0.1, -0.2],
             span=(2, 4),
             info={"note": text, "nested": {"deeper": [text]}},
         ),
@@ -63,7 +63,7 @@ def group(text: str = "") -> TrajectoryGroup:
             parse_error=f"no <action> {text}",
             outcome=f"say <action> {text}",
             token_ids=[7],
-            logprobs=[-0.3],
+            behavior_logprobs=[-0.3],
             span=(6, 7),
         ),
     ]
@@ -88,7 +88,7 @@ def group(text: str = "") -> TrajectoryGroup:
     retry = copy.deepcopy(base)
     retry.id, retry.kind, retry.pivot, retry.base_id = "r" * 32, "retry", 1, base.id
     retry.reward, retry.won = 1.0, True
-    retry.metadata = {"guidance": f"walk right {text}", "beat_base": True}
+    retry.guidance, retry.metadata = f"walk right {text}", {"beat_base": True}
     return TrajectoryGroup(
         env_id=base.env_id,
         task_id=base.task_id,
@@ -184,8 +184,8 @@ BAD_FIELDS = [
         r"trajectories\[0\]\.metadata\.reflection: expected an object or null",
     ),
     (
-        _set((*T1, "metadata", "guidance"), {"a": 1}),
-        r"trajectories\[1\]\.metadata\.guidance: expected a string or null",
+        _set((*T1, "guidance"), {"a": 1}),
+        r"trajectories\[1\]\.guidance: expected a string or null",
     ),
     (
         _set((*T0, "turns", 0, "span"), [2, 99]),
@@ -201,7 +201,7 @@ BAD_FIELDS = [
     (_set(("env_id",), None), r"env_id: expected a string, got null"),
     (_set(("type",), ["group"]), r"unknown record type a list of 1 value; expected one of"),
     (_set(("version",), "2\n\x1b"), r"group of format version a string '2\\n\\x1b'"),
-    (_set(("version",), True), r"group of format version true: this r3l reads versions 1 to 3"),
+    (_set(("version",), True), r"group of format version true: this r3l reads versions 1 to 4"),
 ]
 
 

@@ -106,7 +106,8 @@ def made(actions, admissible, *, logprobs=None, won=False, env_id="r3ltest/Corri
     traj = Trajectory(env_id=env_id, task_id="t-0", task="reach cell 6")
     for k, (action, listed) in enumerate(zip(actions, admissible)):
         lp = logprobs[k] if logprobs else [-1.0]
-        traj.turns.append(Turn(observation=f"cell {k}", response=action, action=action, admissible=listed, logprobs=lp))
+        turn = Turn(observation=f"cell {k}", response=action, action=action, admissible=listed, behavior_logprobs=lp)
+        traj.turns.append(turn)
     traj.won, traj.stop_reason = won, "terminated" if won else "max_turns"
     return traj
 
