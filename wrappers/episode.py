@@ -33,29 +33,42 @@ logger = logging.getLogger(__name__)
 # A placeholder in an admissible action that is a template, e.g. the "<query>" of "search[<query>]".
 _PLACEHOLDER = re.compile(r"<[^<>\s][^<>]*>")
 
-#: Turn limit for envs that declare neither ``max_episode_steps`` nor ``max_attempts``. An env with
-#: ``max_attempts`` (the math envs) gets that many turns: every reply is an attempt, and one the parser cannot
-#: use costs one too, as a reply without a final answer does when the env reads it.
+#: Turn limit for envs that declare none: neither a ``TimeLimit`` (``max_episode_steps``) nor a limit of their own
+#: rules (:attr:`r3l_envs.EnvInfo.max_turns`, e.g. a math env's ``max_attempts``: every reply is an attempt, and one
+#: the parser cannot use costs one too, as a reply without a final answer does when the env reads it).
 DEFAULT_MAX_TURNS = 30
 
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    """How episodes are played."""
+    """How episodes are played (read by :class:`AgentEpisode`, and by :func:`wrappers.rollout.play` for sampling).
+
+    Attributes:
+        sampling: how replies are sampled.
+        max_turns: the turn limit; ``None``: the env's own (:attr:`wrappers.collector.MadeEnv.max_turns`), else
+            :data:`DEFAULT_MAX_TURNS`.
+        history: keep only the last ``history`` turns in the context; ``None`` keeps all (one sequence).
+        constrained: pick among admissible actions by log-likelihood where the env lists them.
+        direct: free-text turns open the reply with the action tag: the policy writes the action alone and the
+            rollout closes the tag (:attr:`AgentEpisode.placeholder`), for a model too small to write the answer
+            format; with ``constrained``, the turns the env lists no actions for.
+        constrained_score: ``"mean"`` log-prob per candidate (a sum favours short actions) or ``"sum"``.
+        keep_checkpoints: checkpoint the env before every turn (reflect-retry restores them).
+        stop_at_action: end generation at the closing action tag: nothing after it is used.
+        template: the prompt template; ``None``: the env family's.
+        env_workers: threads for env calls between rounds; 1 = serial (same results).
+    """
 
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    max_turns: int | None = None  # None: the env's max_episode_steps or max_attempts, else DEFAULT_MAX_TURNS
-    history: int | None = None  # keep only the last k turns in the context; None keeps all (one sequence)
-    constrained: bool = False  # pick among admissible actions by log-likelihood where the env lists them
-    # Free-text turns open the reply with the action tag: the policy writes the action alone, the rollout closes
-    # the tag (see AgentEpisode.placeholder). For a model too small to write the answer format; with constrained,
-    # the turns the env lists no actions for.
+    max_turns: int | None = None
+    history: int | None = None
+    constrained: bool = False
     direct: bool = False
-    constrained_score: Literal["mean", "sum"] = "mean"  # mean log-prob: summed favours short actions
-    keep_checkpoints: bool = False  # checkpoint the env before every turn (reflect-retry restores them)
-    stop_at_action: bool = True  # end generation at the closing action tag: nothing after it is used
-    template: PromptTemplate | None = None  # None: the env family's template
-    env_workers: int = DEFAULT_ENV_WORKERS  # threads for env calls between rounds; 1 = serial (same results)
+    constrained_score: Literal["mean", "sum"] = "mean"
+    keep_checkpoints: bool = False
+    stop_at_action: bool = True
+    template: PromptTemplate | None = None
+    env_workers: int = DEFAULT_ENV_WORKERS
 
     def __post_init__(self) -> None:
         if self.env_workers < 1:

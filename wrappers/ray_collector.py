@@ -230,7 +230,7 @@ class RayCollector:
         env: a registered env id; each actor makes its slots' envs with ``gym.make(env, **env_kwargs)``.
         workers: env actors; slot ``i`` lives on actor ``i % workers``.
         num_cpus, memory: resources each actor declares (``memory`` in bytes), so Ray places actors where
-            they fit (a ScienceWorld JVM needs ~1 GiB).
+            they fit (a ScienceWorld JVM's size: the ScienceWorld section of benchmarks/RESULTS.md).
         max_retries: resubmissions of one call after its worker died, before :class:`WorkerLostError`.
         call_timeout_s: a call still running after this long has its worker killed and counts as a failed try.
         start_timeout_s: how long a new actor may take to start (e.g. waiting for resources) before a try fails.

@@ -419,7 +419,7 @@ class _Stats:
 
 def aggregate_stats(groups: Sequence[TrajectoryGroup]) -> dict[str, Any]:
     """Sum the per-group stats and derive the rates: parse rate, retry success rate, fraction of retries that
-    beat their base (the paper reports 0.65 on ALFWorld), mean pivot, and retry cost relative to retrying
+    beat their base (arXiv 2601.03715 reports 0.65 on ALFWorld), mean pivot, and retry cost relative to retrying
     from scratch (tokens and env steps)."""
     total: dict[str, Any] = {"groups": len(groups)}
     failures: Counter[str] = Counter()
