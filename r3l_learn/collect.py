@@ -199,29 +199,29 @@ class DynamicSample:
     """What :func:`groups_with_contrast` built for one step.
 
     Attributes:
-        groups: the groups with contrast the step trains on (at most the number asked for), in collection order.
-        collected: every group collected, those without contrast included (the step's rewards are taken over
-            these: the extra tasks are drawn from the stream whatever their outcome, so they are as fair a sample of
-            it as the first ones).
-        rounds: collection rounds made, the first included.
-        extra_groups: groups collected after the first round (each one a fresh task).
+        groups: the groups with contrast the step trains on (at most the number asked for), in the order built.
+        built: every group built, those without contrast included (the step's rewards are taken over these: the
+            extra tasks are drawn from the stream whatever their outcome, so they are as fair a sample of it as the
+            first ones).
+        rounds: rounds made, the first included.
+        extra_groups: groups built after the first round (each one a fresh task).
         extra_trajectories: their trajectories.
     """
 
     groups: list[TrajectoryGroup]
-    collected: list[TrajectoryGroup]
+    built: list[TrajectoryGroup]
     rounds: int
     extra_groups: int
     extra_trajectories: int
 
     def metrics(self) -> dict[str, int]:
-        """What a training step logs about it (``collect/...``)."""
+        """What a training step logs about it (``collect/...``, the names its metrics have always had)."""
         return {
             "collect/rounds": self.rounds,
             "collect/extra_groups": self.extra_groups,
             "collect/extra_trajectories": self.extra_trajectories,
             "collect/contrast_groups": len(self.groups),
-            "collect/dropped_groups": len(self.collected) - len(self.groups),
+            "collect/dropped_groups": len(self.built) - len(self.groups),
         }
 
 
@@ -243,16 +243,16 @@ def groups_with_contrast(
         take: ``take(k)`` gives the next ``k`` task ids of the run's stream (:meth:`TaskStream.take`), so the
             extra tasks are those the following steps would have drawn, and the stream's cursor counts them.
         wanted: groups with contrast the step asks for (``tasks_per_step``).
-        seed: the step's collection seed (round 0 uses it as is, so a run without resampling collects exactly
-            what it would without dynamic sampling; each later round a seed derived from it and its number).
+        seed: the step's seed (round 0 uses it as is, so a run without resampling builds exactly the groups it
+            would without dynamic sampling; each later round a seed derived from it and its number).
         with_contrast: for a list of groups, whether each has contrast (the learner asks whether its rows would
             carry signal, :func:`r3l_learn.update.signal_rows`).
-        max_rounds: the cap on collection rounds, >= 1; a step draws at most ``wanted * max_rounds`` tasks.
+        max_rounds: the cap on rounds, >= 1; a step draws at most ``wanted * max_rounds`` tasks.
     """
     if wanted < 1 or max_rounds < 1:
         raise ValueError(f"wanted and max_rounds must be >= 1, got {wanted} and {max_rounds}")
     kept: list[TrajectoryGroup] = []
-    collected: list[TrajectoryGroup] = []
+    built: list[TrajectoryGroup] = []
     rounds = 0
     while len(kept) < wanted and rounds < max_rounds:
         found = builder.collect(take(wanted - len(kept)), seed=_round_seed(seed, rounds))
@@ -260,12 +260,12 @@ def groups_with_contrast(
         if len(flags) != len(found):
             raise ValueError(f"with_contrast gave {len(flags)} answers for {len(found)} groups")
         kept += [g for g, has in zip(found, flags) if has]
-        collected += found
+        built += found
         rounds += 1
-    extra = collected[wanted:]  # the first round collected exactly ``wanted`` groups
+    extra = built[wanted:]  # the first round built exactly ``wanted`` groups
     return DynamicSample(
         groups=kept,
-        collected=collected,
+        built=built,
         rounds=rounds,
         extra_groups=len(extra),
         extra_trajectories=sum(len(g.trajectories) for g in extra),
@@ -273,7 +273,7 @@ def groups_with_contrast(
 
 
 def _round_seed(seed: int | None, round_index: int) -> int | None:
-    """The collection seed of resampling round ``round_index`` of a step seeded ``seed``: the step's own for round
+    """The seed of resampling round ``round_index`` of a step seeded ``seed``: the step's own for round
     0, then one drawn from both, so a later round plays other episodes than any step's first round."""
     if seed is None or round_index == 0:
         return seed

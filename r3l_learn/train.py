@@ -393,9 +393,9 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
             with_contrast=lambda found: _with_signal(run, found),
             max_rounds=config.dynamic_sampling_max_rounds,
         )
-        groups, collected = sample.groups, sample.collected
+        groups, built = sample.groups, sample.built
     else:
-        groups = collected = run.builder.collect(run.stream.take(config.tasks_per_step), seed=seed)
+        groups = built = run.builder.collect(run.stream.take(config.tasks_per_step), seed=seed)
     t1, c1 = time.perf_counter(), time.process_time()
     rows = rows_from_groups(groups, run.algo, hyper=run.hyper, mask_truncated=run.config.mask_truncated)
     with interrupts.critical():  # a Ctrl-C here waits until the step is applied and logged
@@ -407,7 +407,7 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
         run.doing = "logging"
         run.completed, run.cursor = step + 1, run.stream.cursor
         times = (t0, t1, time.perf_counter()), (c0, c1, time.process_time())
-        metrics = _step_metrics(collected, run.algo, result, times)
+        metrics = _step_metrics(built, run.algo, result, times)
         metrics["update/optimizer_steps"] = optimizer_steps(run.optimizer)
         if sample is not None:
             metrics.update(sample.metrics())
@@ -561,7 +561,7 @@ def _first_attempt_won(traj: Trajectory) -> float:
 def _step_metrics(
     groups: list[TrajectoryGroup], algo: Algorithm, result: UpdateResult, times: tuple[tuple, tuple]
 ) -> dict[str, Any]:
-    """What one step logs: the groups' rewards and retry statistics (every group the step collected), the loss
+    """What one step logs: the groups' rewards and retry statistics (every group the step built), the loss
     parts, whether the optimiser stepped, and where the time went (``times``: wall and process CPU clocks at the
     step's start, after collection and after the update; CPU seconds count every thread, and are what a loaded
     machine does not inflate).

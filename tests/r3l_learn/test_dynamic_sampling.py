@@ -53,18 +53,18 @@ def _spread(group):
 def test_groups_without_contrast_are_replaced_by_fresh_tasks_until_the_step_has_enough():
     sample, stream = _sample("right", wanted=3, max_rounds=10)
     assert len(sample.groups) == 3 and all(_spread(g) for g in sample.groups)
-    dropped = [g for g in sample.collected if g not in sample.groups]
+    dropped = [g for g in sample.built if g not in sample.groups]
     assert dropped and not any(_spread(g) for g in dropped)  # the first round had groups without contrast
-    assert sample.rounds > 1 and sample.extra_groups == len(sample.collected) - 3 > 0
+    assert sample.rounds > 1 and sample.extra_groups == len(sample.built) - 3 > 0
     assert sample.extra_trajectories == GROUP_SIZE * sample.extra_groups
-    assert stream.cursor == len(sample.collected)  # every task drawn came from the run's stream, in order
-    assert [g.task_id for g in sample.collected] == TaskStream(TASKS, seed=0).take(stream.cursor)  # the next ones
+    assert stream.cursor == len(sample.built)  # every task drawn came from the run's stream, in order
+    assert [g.task_id for g in sample.built] == TaskStream(TASKS, seed=0).take(stream.cursor)  # the next ones
     metrics = sample.metrics()
     assert metrics["collect/extra_groups"] == sample.extra_groups and metrics["collect/contrast_groups"] == 3
     assert metrics["collect/dropped_groups"] == len(dropped) and metrics["collect/rounds"] == sample.rounds
     again, _ = _sample("right", wanted=3, max_rounds=10)  # the same seed: the same tasks, episodes and choice
-    assert [(g.task_id, [t.reward for t in g.trajectories]) for g in again.collected] == [
-        (g.task_id, [t.reward for t in g.trajectories]) for g in sample.collected
+    assert [(g.task_id, [t.reward for t in g.trajectories]) for g in again.built] == [
+        (g.task_id, [t.reward for t in g.trajectories]) for g in sample.built
     ]
 
 
@@ -72,7 +72,7 @@ def test_groups_without_contrast_are_replaced_by_fresh_tasks_until_the_step_has_
 def test_the_cap_on_rounds_is_respected_when_no_group_has_contrast(max_rounds):
     sample, stream = _sample("wait", wanted=2, max_rounds=max_rounds)  # waiting never wins: no contrast anywhere
     assert sample.groups == [] and sample.rounds == max_rounds
-    assert len(sample.collected) == 2 * max_rounds and stream.cursor == 2 * max_rounds
+    assert len(sample.built) == 2 * max_rounds and stream.cursor == 2 * max_rounds
     extra = 2 * (max_rounds - 1)
     assert sample.extra_groups == extra and sample.extra_trajectories == GROUP_SIZE * extra
 
