@@ -128,13 +128,14 @@ def _comparisons_table(comps: dict[str, Any], methods: dict[str, Method]) -> lis
                 c["verdict"],
             ]
         )
-    intro = [
-        f"Paired by seed (same initial model, same held-out episodes). The {m} comparisons with at least two seeds "
-        "form one family. The verdicts use Holm's adjusted p-values (paired t-test) at family-wise level 0.05. "
-        f"The adjusted interval is at level 1 − 0.05/{m}, simultaneous over the family (Bonferroni, which is never "
-        "narrower than Holm).",
-        "",
-    ]
+    family = (
+        f"The {m} comparisons with at least two seeds form one family. The verdicts use Holm's adjusted p-values "
+        f"(paired t-test) at family-wise level 0.05. The adjusted interval is at level 1 − 0.05/{m}, simultaneous "
+        "over the family (Bonferroni, which is never narrower than Holm)."
+        if m
+        else "No comparison has two seeds yet: no interval, no test."
+    )
+    intro = [f"Paired by seed (same initial model, same held-out episodes). {family}", ""]
     header = ["difference", "n", "mean", "95 % CI", "family-wise CI", "p", "p (Holm)", "verdict"]
     return intro + table(header, rows)
 
@@ -151,7 +152,7 @@ def _variants(comps: dict[str, Any], methods: dict[str, Method]) -> list[str]:
         if c["verdict"] in ("higher", "lower"):
             said = f"{methods[b].label} is {c['verdict']} than {methods[a].label} (Holm p = {num(c['p_holm'])})"
         else:
-            said = f"{c['verdict']} between {methods[b].label} and {methods[a].label}"
+            said = f"{c['verdict']} ({methods[b].label} vs {methods[a].label})"
         diff = f"{_term(methods[b].label)} − {_term(methods[a].label)}"
         lines.append(f"- {what}: {diff} = {c['mean']:+.3f} (n = {c['n']}); {said}.")
     return lines
