@@ -23,6 +23,7 @@ from r3l_learn.logprobs import MIN_SHARED_PREFIX
 from r3l_learn.losses import AGGREGATIONS, AUX_MEANS, KL_ESTIMATORS
 from r3l_learn.models import DEFAULT_MODEL
 from r3l_learn.reflectors import reflector_help, reflector_problem
+from r3l_learn.registry import Choices
 
 __all__ = ["FORMER_BEHAVIOUR", "HYPER_FLAGS", "RESUMABLE_CHANGES", "TrainConfig", "config_from_dict"]
 
@@ -44,27 +45,71 @@ FORMER_BEHAVIOUR: dict[str, Any] = {
     "shared_prefix_tree": False,
 }
 
+
+@dataclass(frozen=True)
+class ActionModeProperties:
+    """The ``RolloutConfig`` flags of an action mode (how the agent's replies are made)."""
+
+    constrained: bool = False
+    direct: bool = False
+
+
 #: how the agent's replies are made (``TrainConfig.actions``, ``r3l eval --actions``)
-ACTION_MODES = ("free", "constrained", "direct")
-ACTIONS_HELP = (
-    "free text; constrained: choose among the env's admissible actions by likelihood; direct: the reply opens "
-    "with the action tag and the policy writes the action alone"
-)
+ACTION_MODES = Choices("action mode", ActionModeProperties)
+ACTION_MODES.add("free", "free text")
+ACTION_MODES.add("constrained", "choose among the env's admissible actions by likelihood", constrained=True)
+ACTION_MODES.add("direct", "the reply opens with the action tag and the policy writes the action alone", direct=True)
+ACTIONS_HELP = ACTION_MODES.describe()
 
 
 def action_flags(actions: str) -> dict[str, bool]:
-    """The ``RolloutConfig`` fields of an action mode (one of :data:`ACTION_MODES`)."""
-    if actions not in ACTION_MODES:
-        raise ValueError(f"actions must be one of {ACTION_MODES}, got {actions!r}")
-    return {"constrained": actions == "constrained", "direct": actions == "direct"}
+    """The ``RolloutConfig`` fields of an action mode (a row of :data:`ACTION_MODES`).
+
+    Raises:
+        UnknownChoiceError: an unknown mode (a ``ValueError``; the message lists the known ones).
+    """
+    return dataclasses.asdict(ACTION_MODES.spec(actions))
+
+
+@dataclass(frozen=True)
+class AuxReflectionProperties:
+    """Which reflection samples the aux term trains.
+
+    Attributes:
+        trains: they train (where :attr:`only_self` allows).
+        only_self: only when the policy is its own reflector (``reflector="self"``, the paper's setting).
+    """
+
+    trains: bool = False
+    only_self: bool = False
 
 
 #: which auxiliary reflection samples train (``TrainConfig.aux_reflection``)
-AUX_REFLECTIONS = ("always", "when_self", "never")
+AUX_REFLECTIONS = Choices("aux reflection", AuxReflectionProperties)
+AUX_REFLECTIONS.add(
+    "always", "also another reflector's (the oracle's), which distils its diagnoses into the policy", trains=True
+)
+AUX_REFLECTIONS.add(
+    "when_self",
+    "only when the policy reflects itself (the paper's setting), since only then does the run use the skill",
+    trains=True,
+    only_self=True,
+)
+AUX_REFLECTIONS.add("never", "none")
 
 
 #: config fields that are shorthands for a hyperparameter of the same name (any other goes through ``hyper``)
 HYPER_FLAGS = ("alpha", "clip", "eps")
+
+
+#: config fields whose value is a row of a registry, which validates it
+CHOICES = {
+    "actions": ACTION_MODES,
+    "aggregation": AGGREGATIONS,
+    "aux_mean": AUX_MEANS,
+    "aux_reflection": AUX_REFLECTIONS,
+    "kl_estimator": KL_ESTIMATORS,
+}
 
 
 def _f(default: Any, help: str, **argparse_kwargs: Any) -> Any:
@@ -121,7 +166,7 @@ class TrainConfig:
     temperature: float = _f(1.0, f"sampling temperature of training rollouts ({_PAPER}: 1.0)")
     max_new_tokens: int = _f(256, "new tokens per agent turn")
     max_turns: int | None = _f(None, "turns per episode; None: the env's own limit")
-    actions: Literal["free", "constrained", "direct"] = _f("free", ACTIONS_HELP, choices=ACTION_MODES)
+    actions: Literal["free", "constrained", "direct"] = _f("free", ACTIONS_HELP, choices=ACTION_MODES.names())
     # objective
     alpha: float | None = _f(
         None, f"positive amplification α; the authors' sweep found 1-5 similar (None: {hyperparameter_help('alpha')})"
@@ -132,10 +177,9 @@ class TrainConfig:
     )
     aux_reflection: str = _f(
         "when_self",
-        "which reflection samples the aux term trains (the guided-retry samples always do): when_self: only when "
-        "the policy reflects itself (the paper's setting), since only then does the run use the skill; always: "
-        "also another reflector's (the oracle's), which distils its diagnoses into the policy; never: none",
-        choices=AUX_REFLECTIONS,
+        "which reflection samples the aux term trains (the guided-retry samples always do): "
+        f"{AUX_REFLECTIONS.describe()}",
+        choices=AUX_REFLECTIONS.names(),
     )
     kl_coef: float | None = _f(None, "KL coefficient; None: the algorithm's default (0 for r3l, 0.001 for grpo)")
     kl_estimator: str = _f(
@@ -257,8 +301,6 @@ class TrainConfig:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.lr > 0:
             problems.append(f"lr must be > 0, got {self.lr}")
-        if self.actions not in ACTION_MODES:
-            problems.append(f"actions must be one of {ACTION_MODES}, got {self.actions!r}")
         reflector = reflector_problem(self.reflector, self.reflector_base_url)
         if reflector:
             problems.append(reflector)
@@ -274,12 +316,10 @@ class TrainConfig:
             problems.append(f"autocast must be 'auto', 'off' or 'bf16', got {self.autocast!r}")
         if self.dtype not in ("float32", "bfloat16", "auto"):
             problems.append(f"dtype must be 'float32', 'bfloat16' or 'auto', got {self.dtype!r}")
-        for name, registry in (("aggregation", AGGREGATIONS), ("aux_mean", AUX_MEANS), ("kl_estimator", KL_ESTIMATORS)):
+        for name, registry in CHOICES.items():
             problem = registry.problem(getattr(self, name))
             if problem:
                 problems.append(f"{name}: {problem}")
-        if self.aux_reflection not in AUX_REFLECTIONS:
-            problems.append(f"aux_reflection must be one of {AUX_REFLECTIONS}, got {self.aux_reflection!r}")
         if self.ray is not None and (self.ray_workers < 1 or not self.ray_cpus > 0):
             problems.append(f"ray_workers must be >= 1 and ray_cpus > 0, got {self.ray_workers}, {self.ray_cpus}")
         # auto resolves to hf with a Ray generation actor (r3l_learn.backends)
@@ -342,7 +382,8 @@ class TrainConfig:
 
 def trains_reflection(aux_reflection: str, reflector: str) -> bool:
     """Whether ``aux_reflection`` trains the reflection samples of ``reflector``'s diagnoses."""
-    return aux_reflection == "always" or (aux_reflection == "when_self" and reflector == "self")
+    rule = AUX_REFLECTIONS.spec(aux_reflection)
+    return rule.trains and (not rule.only_self or reflector == "self")
 
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:

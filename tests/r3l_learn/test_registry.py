@@ -10,7 +10,7 @@ import torch
 
 from r3l_learn.algorithms import RESTARTS, Algorithm
 from r3l_learn.backends import ROLLOUT_BACKENDS
-from r3l_learn.config import TrainConfig
+from r3l_learn.config import ACTION_MODES, AUX_REFLECTIONS, TrainConfig, action_flags
 from r3l_learn.losses import AGGREGATIONS, AUX_MEANS, KL_ESTIMATORS, aggregate, kl_penalty, register_kl_estimator
 from r3l_learn.reflectors import REFLECTORS, make_reflector, parse_reflector, reflector_problem
 from r3l_learn.registry import Choices, UnknownChoiceError
@@ -20,6 +20,8 @@ from wrappers.reflection import PolicyReflector
 from wrappers.structured_reflection import StructuredReflector
 
 CHOICES = {
+    "actions": ACTION_MODES,
+    "aux_reflection": AUX_REFLECTIONS,
     "aggregation": AGGREGATIONS,
     "kl_estimator": KL_ESTIMATORS,
     "aux_mean": AUX_MEANS,
@@ -27,7 +29,10 @@ CHOICES = {
 }
 
 
-@pytest.mark.parametrize("registry", [AGGREGATIONS, KL_ESTIMATORS, AUX_MEANS, ROLLOUT_BACKENDS, RESTARTS, REFLECTORS])
+@pytest.mark.parametrize(
+    "registry",
+    [ACTION_MODES, AUX_REFLECTIONS, AGGREGATIONS, KL_ESTIMATORS, AUX_MEANS, ROLLOUT_BACKENDS, RESTARTS, REFLECTORS],
+)
 def test_an_unknown_name_is_one_error_that_lists_the_known_ones(registry):
     with pytest.raises(UnknownChoiceError) as info:
         registry.check("nope")
@@ -40,11 +45,10 @@ def test_an_unknown_name_is_one_error_that_lists_the_known_ones(registry):
 
 def test_the_config_validates_each_choice_by_its_registry_in_one_error():
     with pytest.raises(ValueError) as info:
-        TrainConfig(aggregation="sum", kl_estimator="k9", aux_mean="both", rollout_backend="sglang")
+        TrainConfig(**{field: "nope" for field in CHOICES})
     message = str(info.value)
     for field, registry in CHOICES.items():
-        assert registry.problem({"aggregation": "sum", "kl_estimator": "k9", "aux_mean": "both"}.get(field, "sglang"))
-        assert f"{field}: unknown {registry.kind}" in message
+        assert f"{field}: unknown {registry.kind} 'nope'; registered: {', '.join(registry.names())}" in message
 
 
 def test_the_flags_choices_and_help_come_from_the_registries():
@@ -92,6 +96,16 @@ def test_restart_points_are_rows_and_an_algorithm_checks_its_own():
     assert RESTARTS["pivot"].at_pivot and not RESTARTS["scratch"].at_pivot
     with pytest.raises(UnknownChoiceError, match="registered: pivot, scratch"):
         Algorithm("x", "r3l", "reinforce", reflect_retry=True, restart="middle")
+
+
+def test_an_action_mode_is_its_rollout_flags():
+    assert [action_flags(m) for m in ACTION_MODES.names()] == [
+        {"constrained": False, "direct": False},
+        {"constrained": True, "direct": False},
+        {"constrained": False, "direct": True},
+    ]
+    with pytest.raises(UnknownChoiceError, match="registered: free, constrained, direct"):
+        action_flags("typed")
 
 
 def test_rollout_backends_declare_what_the_config_checks():
