@@ -56,7 +56,7 @@ register_reflector = REFLECTORS.register
 
 @register_reflector("self", uses_policy=True)
 def self_reflector(policy: Any, model: str, *, base_url: str | None = None, device: str = "cpu", seed: int = 0):
-    """the trained policy reflects (the paper's setting)"""
+    """The trained policy reflects (the paper's setting)."""
     return PolicyReflector(policy)
 
 
@@ -64,19 +64,19 @@ def self_reflector(policy: Any, model: str, *, base_url: str | None = None, devi
 def self_structured_reflector(
     policy: Any, model: str, *, base_url: str | None = None, device: str = "cpu", seed: int = 0
 ):
-    """the policy's own judgement as scored choices (always parses)"""
+    """The policy's own judgement as scored choices (always parses)."""
     return StructuredReflector(policy)
 
 
 @register_reflector("oracle", privileged=True)
 def oracle_reflector(policy: Any, model: str, *, base_url: str | None = None, device: str = "cpu", seed: int = 0):
-    """privileged env knowledge"""
+    """Privileged env knowledge."""
     return OracleReflector()
 
 
 @register_reflector(OPENAI, takes_model=True, takes_base_url=True)
 def openai_reflector(policy: Any, model: str, *, base_url: str | None = None, device: str = "cpu", seed: int = 0):
-    """openai:MODEL, a model behind an OpenAI-compatible server (see --reflector-base-url)"""
+    """openai:MODEL, a model behind an OpenAI-compatible server (see --reflector-base-url)."""
     from r3l_learn.openai_policy import OpenAIReflector
 
     return OpenAIReflector(model, base_url=base_url)
@@ -84,7 +84,7 @@ def openai_reflector(policy: Any, model: str, *, base_url: str | None = None, de
 
 @register_reflector(MODEL, takes_model=True)
 def model_reflector(policy: Any, model: str, *, base_url: str | None = None, device: str = "cpu", seed: int = 0):
-    """any other word: a model name or folder, loaded here, reflects"""
+    """Any other word: a model name or folder, loaded here, reflects."""
     from r3l_learn.evaluate import load_policy
 
     return PolicyReflector(load_policy(model, device=device, seed=seed))

@@ -151,9 +151,13 @@ class Registry(_Named, dict[str, Callable]):
         return Spec(name, self[name], self._hyperparameters(name, self[name]), self.properties())
 
     def summary(self, name: str) -> str:
-        """The first line of the entry's docstring."""
+        """The first line of the entry's docstring, as a phrase (no capital for a plain word, no full stop)."""
         doc = (self[name].__doc__ or "").strip()
-        return doc.splitlines()[0].rstrip(".") if doc else name
+        if not doc:
+            return name
+        line = doc.splitlines()[0].rstrip(".")
+        first = line.split()[0]
+        return line[0].lower() + line[1:] if first.isalpha() and first[1:].islower() else line
 
     def _hyperparameters(self, name: str, fn: Callable) -> dict[str, Any]:
         hyper = {}
