@@ -88,4 +88,4 @@ def run_demo(episodes: int = 3, seed: int = 0) -> None:
             raise SystemExit("checkpoint/restore was not exact: please report this as a bug")
         fresh.close()
     env.close()
-    print(f"Solved {solved}/{episodes} episodes. Next: `make test`, or `python benchmarks/envs.py`.")
+    print(f"Solved {solved}/{episodes} episodes. Next: `make test`, or `python -m benchmarks.envs`.")
