@@ -71,10 +71,10 @@ class RolloutBackendProperties:
 
 #: ``TrainConfig.rollout_backend``'s values: the two engines, or ``auto`` (this module's choice)
 ROLLOUT_BACKENDS = Choices("rollout backend", RolloutBackendProperties)
-ROLLOUT_BACKENDS.add("hf", "rollouts share the trained model (HF transformers)")
+ROLLOUT_BACKENDS.add("hf", "HF transformers (in training, the trained model itself plays)")
 ROLLOUT_BACKENDS.add(
     "vllm",
-    "a vLLM engine plays and gets each update (full fine-tuning only)",
+    "a vLLM engine (in training, it gets each update; full fine-tuning only)",
     engine=True,
     merges_adapters=False,
     ray_generation=False,
