@@ -26,7 +26,7 @@ from wrappers.parsing import parse_reply
 from wrappers.policy import FinishReason, Generation, Policy, SamplingParams, describe
 from wrappers.prompts import PromptTemplate, family_template
 
-__all__ = ["DEFAULT_ENV_WORKERS", "DEFAULT_MAX_TURNS", "AgentEpisode", "RolloutConfig", "episode_slots"]
+__all__ = ["DEFAULT_MAX_TURNS", "AgentEpisode", "RolloutConfig", "episode_slots"]
 
 logger = logging.getLogger(__name__)
 
