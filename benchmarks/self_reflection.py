@@ -20,7 +20,9 @@ Usage (from the repository root; one model process at a time on a shared machine
     OMP_NUM_THREADS=1 python -m benchmarks.self_reflection [--configs treasure_hunter-d5 coin_collector-d2]
         [--tasks 32] [--samples 3] [--reflectors free structured least_likely]
 
-Writes ``benchmarks/results/self_reflection.json``.
+Writes ``benchmarks/results/self_reflection.json`` after the bases and after each reflector (``"complete"`` says
+whether every part finished). The bases are seeded, so one reflector can run in a later invocation on the same
+bases (``--reflectors free --out ...``), as the recorded result did on a loaded machine.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "treasure_hunter-d5": {"env_kwargs": {"game_type": "treasure_hunter", "difficulty": 5}, "max_turns": 8},
     "coin_collector-d2": {"env_kwargs": {"game_type": "coin_collector", "difficulty": 2}, "max_turns": 4},
 }
-REFLECTORS = ("free", "structured", "least_likely")
+REFLECTORS = ("structured", "least_likely", "free")
 OUT = Path(__file__).resolve().parent / "results" / "self_reflection.json"
 
 
@@ -127,7 +129,8 @@ def reflect_and_retry(
     }
 
 
-def run_config(name: str, policy, args) -> dict[str, Any]:
+def run_config(name: str, policy, args, save) -> dict[str, Any]:
+    """Bases on configuration ``name``, then each reflector on the failed ones; ``save(out)`` after each part."""
     spec = CONFIGS[name]
     rollout = RolloutConfig(
         sampling=SamplingParams(temperature=args.temperature, max_new_tokens=32),
@@ -153,9 +156,11 @@ def run_config(name: str, policy, args) -> dict[str, Any]:
             "failed_bases": len(failed),
             "reflectors": {},
         }
+        save(out)
         for reflector in args.reflectors:
             out["reflectors"][reflector] = reflect_and_retry(reflector, policy, envs, rollout, failed, args.seed)
-            logger.info("%s %s: %s", name, reflector, {k: v for k, v in out["reflectors"][reflector].items()})
+            logger.info("%s %s: %s", name, reflector, out["reflectors"][reflector])
+            save(out)
         return out
     finally:
         for env in envs:
@@ -179,18 +184,26 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     load_before = os.getloadavg()
     policy = load_policy(args.model, device=args.device, seed=args.seed)
-    results = {name: run_config(name, policy, args) for name in args.configs}
-    data = {
-        "configs": results,
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "command": "python -m benchmarks.self_reflection " + shlex.join(sys.argv[1:] if argv is None else argv),
-        "environment": {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")},
-        "machine": _report.machine(),
-        "load_average_1_5_15": {"before": load_before, "after": os.getloadavg()},
-        "seconds": round(time.perf_counter() - started, 1),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    results: dict[str, Any] = {}
+
+    def save(partial: dict[str, Any] | None = None, name: str | None = None) -> None:
+        """Write what is measured so far (a long run that is stopped keeps its finished parts)."""
+        data = {
+            "configs": {**results, **({name: partial} if name else {})},
+            "complete": partial is None,
+            "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+            "command": "python -m benchmarks.self_reflection " + shlex.join(sys.argv[1:] if argv is None else argv),
+            "environment": {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")},
+            "machine": _report.machine(),
+            "load_average_1_5_15": {"before": load_before, "now": os.getloadavg()},
+            "seconds": round(time.perf_counter() - started, 1),
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(data, indent=2, default=str) + "\n")
+
+    for name in args.configs:
+        results[name] = run_config(name, policy, args, lambda out, name=name: save(out, name))
+    save()
     for name, res in results.items():
         print(f"{name}: base success {res['base_success']:.3f} ({res['base_wins']}/{res['bases']})")
         for reflector, r in res["reflectors"].items():

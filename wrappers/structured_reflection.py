@@ -138,7 +138,11 @@ class StructuredReflector:
                 asked[i] = (*fitted, turns)
         pivots = self._pivots(requests, asked)
         self._suggest(requests, asked, pivots, out)
-        return [r for r in out if r is not None]
+        done = [r for r in out if r is not None]
+        logger.debug(
+            "structured reflection: %d of %d reflections name a retry", sum(r.wants_retry for r in done), len(done)
+        )
+        return done
 
     # ------------------------------------------------------------------ the pivot
     def _pivots(self, requests, asked) -> dict[int, int]:
