@@ -223,6 +223,8 @@ def _timed(row: Mapping[str, Any]) -> bool:
     return all(isinstance(row.get(k), (int, float)) for k in ("batch", "wall_s_hf", "wall_s_vllm")) and row["batch"] > 0
 
 
+#: (run shape, pick) pairs whose ``auto`` resolution this process has logged: each is logged once, however often a
+#: run (its evals, a resume, the learning study's cells) resolves it
 _LOGGED: set[tuple[RunShape, str]] = set()
 
 
