@@ -248,7 +248,7 @@ def _wave(
     if not wanted:
         return []
     plans = expert_plans(collector, [bases[i].task_id for i in wanted])  # before the restores: it resets envs
-    jobs = []  # (slot, pivot, guidance, plan to play, turns named)
+    jobs = []  # (slot, pivot, guidance, the plan up to its last action to play)
     for i in wanted:
         refl, plan = reflections[i], plans[bases[i].task_id]
         named = _named(refl.suggestion, plan[refl.pivot :])
