@@ -183,7 +183,8 @@ METHODS: dict[str, Method] = {
     # information the oracle reflector reads), at the same budget of trajectories.
     "raft-expert": Method("RAFT + expert demos (privileged)", "raft", role="control", config={"expert_demos": 2}),
     # GRPO without its KL term: on the short sums most steps have no win, and there the KL's tiny gradient is all
-    # AdamW sees (it scales any gradient to lr-sized steps). Measured: without it GRPO fell further, in every seed.
+    # AdamW saw (it scales any gradient to lr-sized steps) under the earlier rules, which stepped on such batches;
+    # under the shared zero-contrast rule none steps, and the fair mode measures what the KL term changes.
     "grpo-no-kl": Method("GRPO − KL", "grpo_no_kl"),
     # Dr. GRPO (arXiv 2503.20783): GRPO − KL without the division by the group's reward std, and each reply's
     # tokens summed over a constant (the reply cap) rather than averaged over its length. Beside GRPO and GRPO − KL,
