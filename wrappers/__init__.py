@@ -50,6 +50,7 @@ __all__ = [
 from wrappers.oracle import OracleReflector
 from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig, aggregate_stats
 from wrappers.reflection import PolicyReflector, Reflection, ReflectionRequest, Reflector, parse_reflection
+from wrappers.structured_reflection import StructuredReflector
 
 __all__ += [
     "OracleReflector",
@@ -59,6 +60,7 @@ __all__ += [
     "Reflection",
     "ReflectionRequest",
     "Reflector",
+    "StructuredReflector",
     "aggregate_stats",
     "parse_reflection",
 ]

@@ -143,11 +143,6 @@ class Turn:
     checkpoint: Checkpoint | None = None
 
     @property
-    def logprobs(self) -> list[float]:
-        """The former name of :attr:`behavior_logprobs` (read-only), for callers not yet renamed."""
-        return self.behavior_logprobs
-
-    @property
     def reply_cut(self) -> bool:
         """The reply was cut at the generation cap (``finish_reason == "length"``); not the env's time limit
         (``truncated``)."""

@@ -148,7 +148,7 @@ class StructuredReflector:
     def _pivots(self, requests, asked) -> dict[int, int]:
         if self.pivot_rule == "least_likely":
             return {
-                i: min(turns, key=lambda k: _mean(requests[i].trajectory.turns[k].logprobs))
+                i: min(turns, key=lambda k: _mean(requests[i].trajectory.turns[k].behavior_logprobs))
                 for i, (*_, turns) in asked.items()
             }
         opening = self.policy.tokenize(_OPENING)

@@ -118,7 +118,7 @@ def test_openai_reflector_drives_reflect_retry_collect(server):
         assert all(b.metadata["reflection"]["source"] == "openai:reflector" for b in bases)
         assert all(b.metadata["reflection"]["text"] == REFLECTION for b in bases)
         for retry in retries:
-            assert retry.pivot == 1 and SUGGESTION in retry.metadata["guidance"]
+            assert retry.pivot == 1 and SUGGESTION in retry.guidance
             assert [t.action for t in retry.turns[1:]] == ["right"] * (retry.num_turns - 1)
         assert group.metadata["stats"]["reflections_parsed"] == 2
     assert any(r.won for g in groups for r in g.trajectories if r.kind == "retry")
@@ -212,14 +212,14 @@ def test_policy_plays_episodes_for_evaluation(server):
     # first turns are exact; a later prompt holds the random model's earlier replies, often bytes that are not
     # UTF-8: sent as text, the server tokenises their replacement characters, so it samples after another context
     # and those log-probs are NaN (it returns the prompt's ids: the client compares)
-    assert not any(math.isnan(x) for t in trajs for x in t.turns[0].logprobs)
+    assert not any(math.isnan(x) for t in trajs for x in t.turns[0].behavior_logprobs)
     # a server that returns no ids (a hosted API, vLLM without the extension): replies re-tokenised, NaN log-probs
     plain = OpenAIPolicy("tiny", tiny_tokenizer(), base_url=server, max_context=4096)
     import gymnasium as gym
 
     traj = rollout(gym.make("r3ltest/Corridor-v0"), plain, config, seed=0, sample_seed=0)
     assert plain.token_exact is False and traj.num_turns == 3
-    assert all(math.isnan(x) for turn in traj.turns for x in turn.logprobs)
+    assert all(math.isnan(x) for turn in traj.turns for x in turn.behavior_logprobs)
 
 
 def test_constrained_actions_are_a_clear_error(server):

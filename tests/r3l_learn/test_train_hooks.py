@@ -7,7 +7,7 @@ import torch
 from r3l_learn.checkpoints import latest_checkpoint, load_checkpoint
 from r3l_learn.metrics import read_metrics
 from r3l_learn.train import StepInfo, TrainConfig, train
-from wrappers.envops import LocalCollector
+from wrappers.local_collector import LocalCollector
 
 pytestmark = pytest.mark.slow
 

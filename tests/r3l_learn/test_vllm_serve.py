@@ -240,7 +240,7 @@ def test_evaluation_through_vllm_serve_is_token_exact(remote):
     summary, trajs = evaluate("r3l/Countdown-v0", remote, episodes=2, config=config, batch_size=2, progress=False)
     assert summary.episodes == 2 and remote.token_exact is True
     assert all(t.metadata["policy"] == f"openai:{SERVED}" for t in trajs)
-    assert not any(math.isnan(x) for t in trajs for x in t.turns[0].logprobs)
+    assert not any(math.isnan(x) for t in trajs for x in t.turns[0].behavior_logprobs)
 
 
 def test_reflector_on_vllm_serve_returns_exact_reflection_tokens(server, hf):

@@ -72,7 +72,7 @@ def test_agent_mask_covers_exactly_the_generated_tokens(trajectory):
     for turn in t.turns:
         start, end = turn.span
         assert t.token_ids[start:end] == turn.token_ids
-        assert t.behavior_logprobs[start:end] == turn.logprobs
+        assert t.behavior_logprobs[start:end] == turn.behavior_logprobs
         assert not turn.guided  # a plain rollout generates from its own sequence
         covered.update(range(start, end))
     assert {i for i, m in enumerate(t.agent_mask) if m} == covered

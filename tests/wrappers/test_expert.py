@@ -40,7 +40,7 @@ def _assert_policy_logprobs(policy, traj):
         assert traj.token_ids[start:end] == turn.token_ids
         (expected,) = policy.score([traj.token_ids[:start]], [turn.token_ids])
         assert turn.behavior_logprobs == pytest.approx(expected, abs=1e-4)
-        assert traj.behavior_logprobs[start:end] == turn.logprobs
+        assert traj.behavior_logprobs[start:end] == turn.behavior_logprobs
         # a constrained choice carries loss on the action's tokens alone, as a rollout's does; free text on it all
         chosen = policy.tokenize(turn.action) if turn.constrained else turn.token_ids
         assert [t for t, a in zip(turn.token_ids, traj.agent_mask[start:end]) if a] == chosen
