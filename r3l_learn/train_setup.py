@@ -11,15 +11,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from r3l_learn.backends import resolve_rollout_backend
+from r3l_learn.backends import ROLLOUT_BACKENDS, resolve_rollout_backend
 from r3l_learn.batch import Batch
 from r3l_learn.config import TrainConfig, action_flags
 from r3l_learn.evaluate import load_policy
 from r3l_learn.logprobs import sequence_logprobs
+from r3l_learn.reflectors import make_reflector as build_reflector
 from wrappers import RolloutConfig, SamplingParams
-from wrappers.oracle import OracleReflector
-from wrappers.reflection import PolicyReflector, Reflector
-from wrappers.structured_reflection import StructuredReflector
+from wrappers.reflection import Reflector
 
 __all__ = [
     "TaskStream",
@@ -93,11 +92,11 @@ def rollout_policy(config: TrainConfig, policy: Any) -> Any:
 
         dtype = "bfloat16" if policy.model.dtype == torch.bfloat16 else "float32"
         return RayPolicy(policy, config.model, dtype=dtype, seed=config.seed)
-    if resolve_rollout_backend(config.to_dict()) == "hf":
+    if not ROLLOUT_BACKENDS[resolve_rollout_backend(config.to_dict())].engine:
         return policy
     from r3l_learn.vllm_policy import shared_engine
 
-    # The engine computes in the learner's dtype, so its sampled log-probs are the learner's old log-probs.
+    # The engine computes in the learner's dtype, so its sampled log-probs are the learner's behaviour log-probs.
     bf16 = policy.autocast == torch.bfloat16 or policy.model.dtype == torch.bfloat16
     dtype = "bfloat16" if bf16 else "float32"
     extra = {"gpu_memory_utilization": 0.4} if config.device.startswith("cuda") else {}
@@ -108,22 +107,14 @@ def rollout_policy(config: TrainConfig, policy: Any) -> Any:
 
 
 def make_reflector(config: TrainConfig, policy: Any) -> Reflector | None:
-    """Who reflects for ``config.algo`` (``None`` for algorithms without reflect-retry)."""
+    """Who reflects for ``config.algo`` (``None`` for algorithms without reflect-retry): the row of
+    :data:`r3l_learn.reflectors.REFLECTORS` that ``config.reflector`` names, reflecting with ``policy`` where the
+    row uses the trained policy."""
     if not config.algorithm.reflect_retry:
         return None
-    if config.reflector == "oracle":
-        return OracleReflector()
-    if config.reflector == "self":
-        return PolicyReflector(policy)
-    if config.reflector == "self-structured":  # the policy's own judgement as scored choices: always parses
-        return StructuredReflector(policy)
-    if config.reflector.startswith("openai:"):
-        from r3l_learn.openai_policy import OpenAIReflector
-
-        return OpenAIReflector(config.reflector.removeprefix("openai:"), base_url=config.reflector_base_url)
-    if config.reflector_base_url is not None:
-        raise ValueError("reflector_base_url applies to an openai:MODEL reflector only")
-    return PolicyReflector(load_policy(config.reflector, device=config.device, seed=config.seed))
+    return build_reflector(
+        config.reflector, policy, base_url=config.reflector_base_url, device=config.device, seed=config.seed
+    )
 
 
 def reference_fn(config: TrainConfig, model: Any, needed: bool) -> Any:

@@ -26,7 +26,7 @@ How r3l maps onto TRL (``trl>=1.16``; ``rollout_func`` is experimental there):
     its retry train only from the pivot on.
   - *The ratio on off-policy retries:* a retry's suffix was sampled with the reflection's guidance in context and
     is trained without it. R³L uses no ratio for it (arXiv 2601.03715). TRL's default (``num_iterations=1``, no vLLM)
-    recomputes the old log-probs on the training sequence, so the ratio is exactly 1 and its loss *is* the
+    recomputes the behaviour log-probs on the training sequence, so the ratio is exactly 1 and its loss *is* the
     ratio-free policy gradient; keep ``num_iterations=1``. The ``logprobs`` returned (used by TRL only for vLLM
     importance sampling and ``off_policy_mask_threshold``) are NaN, TRL's "no behaviour log-prob" marker, on
     tokens generated under guidance (``guided_logprobs=True`` returns the guided ones instead) and on tokens the
@@ -54,26 +54,45 @@ import json
 import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 
 from r3l_learn.collect import GroupBuilder, PlainGroups
+from r3l_learn.reflectors import REFLECTORS, make_reflector
+from r3l_learn.registry import Choices
 from wrappers.data import Trajectory, TrajectoryGroup
 from wrappers.policy import Policy
 from wrappers.prompts import template_for
 from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig, aggregate_stats
-from wrappers.reflection import PolicyReflector, Reflector
+from wrappers.reflection import Reflector
 from wrappers.rollout import RolloutConfig
-from wrappers.structured_reflection import StructuredReflector
 
-__all__ = ["EnvRollout", "env_reward", "trl_fields"]
+__all__ = ["BRIDGE_MODES", "BridgeModeProperties", "EnvRollout", "env_reward", "trl_fields"]
 
 logger = logging.getLogger(__name__)
 
 Mode = Literal["episodes", "reflect_retry"]
+
+
+@dataclass(frozen=True)
+class BridgeModeProperties:
+    """How :class:`EnvRollout` builds a prompt's group in a mode.
+
+    Attributes:
+        reflect_retry: :class:`wrappers.ReflectRetry` builds it (a reflector is needed, ``num_generations`` even),
+            else :class:`r3l_learn.collect.PlainGroups` (independent episodes).
+    """
+
+    reflect_retry: bool = False
+
+
+#: :class:`EnvRollout`'s ``mode`` values
+BRIDGE_MODES = Choices("bridge mode", BridgeModeProperties)
+BRIDGE_MODES.add("episodes", "num_generations independent episodes per task")
+BRIDGE_MODES.add("reflect_retry", "R³L's reflect-retry groups, filled to num_generations", reflect_retry=True)
 
 
 def trl_fields(traj: Trajectory, *, guided_logprobs: bool = False) -> dict[str, Any]:
@@ -120,11 +139,13 @@ class EnvRollout:
     Args:
         env_id: a registered env id; ``env_kwargs`` are its ``gym.make`` kwargs (the split comes from the
             dataset rows, see :meth:`dataset`).
-        mode: ``"episodes"`` (``num_generations`` independent episodes per task) or ``"reflect_retry"``.
+        mode: a row of :data:`BRIDGE_MODES`: ``"episodes"`` (``num_generations`` independent episodes per task)
+            or ``"reflect_retry"``.
         rollout: how episodes are played (turn limit, tokens per turn, constrained actions); its temperature
             and top-p are replaced by the trainer's.
-        reflector: reflect-retry only: a :class:`wrappers.Reflector`, or ``"self"`` for the trained policy
-            (``"self-structured"``: its judgement as scored choices, :mod:`wrappers.structured_reflection`).
+        reflector: reflect-retry only: a :class:`wrappers.Reflector`, or the name of a reflector that reflects
+            with the trained policy (:data:`r3l_learn.reflectors.REFLECTORS`: ``"self"``, or ``"self-structured"``
+            for its judgement as scored choices).
         retry: reflect-retry only: the wrapper's settings (group size and fill are set from the trainer).
         policy: who plays; default: the trainer's model with its tokenizer (:class:`r3l_learn.HFPolicy`).
         seed: seeds resets and sampling (call ``k`` uses a seed derived from it and ``k``); default: the
@@ -149,12 +170,18 @@ class EnvRollout:
     ):
         if env_id not in gym.registry:
             raise ValueError(f"env {env_id!r} is not registered; import r3l_envs and use an r3l/* id")
-        if mode not in ("episodes", "reflect_retry"):
-            raise ValueError(f"mode must be 'episodes' or 'reflect_retry', got {mode!r}")
-        if mode == "reflect_retry" and reflector is None:
+        reflects = BRIDGE_MODES.spec(mode).reflect_retry
+        if reflects and reflector is None:
             raise ValueError("mode='reflect_retry' needs a reflector: a wrappers.Reflector, or 'self'")
-        if mode == "episodes" and (reflector is not None or retry is not None):
+        if not reflects and (reflector is not None or retry is not None):
             raise ValueError("reflector and retry apply to mode='reflect_retry' only")
+        if isinstance(reflector, str) and not (
+            reflector in REFLECTORS and REFLECTORS.spec(reflector).properties.uses_policy
+        ):
+            named = [n for n in REFLECTORS.names() if REFLECTORS.spec(n).properties.uses_policy]
+            raise ValueError(
+                f"a reflector given by name reflects with the trained policy: one of {named}, got {reflector!r}"
+            )
         rollout = rollout or RolloutConfig()
         if rollout.history is not None:
             raise ValueError("TRL trains one sequence per completion: use full histories (RolloutConfig.history=None)")
@@ -162,7 +189,7 @@ class EnvRollout:
         self.rollout, self.reflector, self.retry = rollout, reflector, retry or ReflectRetryConfig()
         self.policy, self.seed, self.guided_logprobs, self.on_groups = policy, seed, guided_logprobs, on_groups
         self._tasks: dict[str, tuple[str, str]] = {}  # prompt key -> (split, task id)
-        self._collectors: dict[tuple[str, int], GroupBuilder] = {}
+        self._builders: dict[tuple[str, int], GroupBuilder] = {}
         self._hf: Any = None  # the default policy over the trainer's model, made on the first call
         self._calls = 0
         #: :func:`wrappers.reflect_retry.aggregate_stats` of the last call's groups.
@@ -225,14 +252,14 @@ class EnvRollout:
         with _eval_mode(model):
             for split in dict.fromkeys(s for s, _ in tasks):
                 idx = [i for i, (s, _) in enumerate(tasks) if s == split]
-                collected = self._collector(split, n, policy, trainer).collect([tasks[i][1] for i in idx], seed=seed)
-                for i, group in zip(idx, collected, strict=True):
+                built = self._builder(split, n, policy, trainer).collect([tasks[i][1] for i in idx], seed=seed)
+                for i, group in zip(idx, built, strict=True):
                     groups[i] = group
         done = [g for g in groups if g is not None]
         for group in done:
             if len(group.trajectories) != n:
                 raise RuntimeError(f"group of {group.task_id} has {len(group.trajectories)} trajectories, not {n}")
-        self.last_stats = aggregate_stats(done) if self.mode == "reflect_retry" else {}
+        self.last_stats = aggregate_stats(done) if BRIDGE_MODES[self.mode].reflect_retry else {}
         if self.on_groups is not None:
             self.on_groups(done)
         return self._columns(done)
@@ -266,31 +293,32 @@ class EnvRollout:
                 self._hf = HFPolicy(model, trainer.processing_class, name="trl-policy")
         return self._hf
 
-    def _collector(self, split: str, n: int, policy: Policy, trainer: Any) -> GroupBuilder:
+    def _builder(self, split: str, n: int, policy: Policy, trainer: Any) -> GroupBuilder:
+        """The group builder of a split and group size (made once, with the trainer's sampling)."""
         key = (split, n)
-        if key not in self._collectors:
+        if key not in self._builders:
             sampling = replace(self.rollout.sampling, temperature=trainer.temperature, top_p=trainer.args.top_p)
             rollout = replace(self.rollout, sampling=sampling)
             env_kwargs = {**self.env_kwargs, "split": split}
-            if self.mode == "episodes":
-                self._collectors[key] = PlainGroups(
+            if not BRIDGE_MODES[self.mode].reflect_retry:
+                self._builders[key] = PlainGroups(
                     self.env_id, policy, group_size=n, rollout=rollout, env_kwargs=env_kwargs
                 )
             else:
                 if n % 2:
                     raise ValueError(f"reflect-retry groups are N/2 bases + retries: num_generations={n} must be even")
                 reflector = self.reflector
-                if reflector in ("self", "self-structured"):
-                    reflector = PolicyReflector(policy) if reflector == "self" else StructuredReflector(policy)
+                if isinstance(reflector, str):
+                    reflector = make_reflector(reflector, policy)
                 config = replace(self.retry, group_size=n, rollout=rollout, fill=True)
-                self._collectors[key] = ReflectRetry(self.env_id, policy, reflector, config, env_kwargs=env_kwargs)
-        return self._collectors[key]
+                self._builders[key] = ReflectRetry(self.env_id, policy, reflector, config, env_kwargs=env_kwargs)
+        return self._builders[key]
 
     def close(self) -> None:
-        """Close the env instances the collectors made."""
-        for collector in self._collectors.values():
-            collector.close()
-        self._collectors.clear()
+        """Close the env instances the group builders made."""
+        for builder in self._builders.values():
+            builder.close()
+        self._builders.clear()
 
 
 def _warn_emulated_bf16(trainer: Any, model: Any) -> None:
