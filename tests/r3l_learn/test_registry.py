@@ -140,3 +140,16 @@ def test_choices_rows_declare_only_their_properties():
     with pytest.raises(ValueError, match="already registered"):
         rows.add("y", "again")
     assert rows.describe() == "y: a row"
+
+
+def test_the_trl_bridges_modes_and_named_reflectors_are_checked_by_their_registries():
+    pytest.importorskip("trl")
+    import r3l_envs  # noqa: F401  (registers the env ids)
+    from r3l_learn.trl_bridge import BRIDGE_MODES, EnvRollout
+
+    assert BRIDGE_MODES["reflect_retry"].reflect_retry and not BRIDGE_MODES["episodes"].reflect_retry
+    with pytest.raises(UnknownChoiceError, match="registered: episodes, reflect_retry"):
+        EnvRollout("r3l/Countdown-v0", mode="both")
+    with pytest.raises(ValueError, match=r"reflects with the trained policy: one of \['self', 'self-structured'\]"):
+        EnvRollout("r3l/Countdown-v0", mode="reflect_retry", reflector="oracle")
+    EnvRollout("r3l/Countdown-v0", mode="reflect_retry", reflector="self-structured").close()
