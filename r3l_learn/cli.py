@@ -326,7 +326,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ev.add_argument("kwargs", nargs="*", type=key_value, metavar="KEY=VALUE", help="older spelling of --env-kwargs")
     ev.set_defaults(func=_eval)
 
-    wu = add_parser("warmup", "teach a model to follow guidance: SFT on guided expert turns (train split)")
+    wu = add_parser("warmup", "teach a model to follow guidance (SFT on guided expert turns)")
     _add_env_arguments(wu, required=True)
     from r3l_learn.warmup import add_warmup_arguments
 

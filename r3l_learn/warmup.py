@@ -43,10 +43,9 @@ from r3l_learn.errors import R3LLearnError
 from r3l_learn.progress import phase
 from wrappers.chat import replay
 from wrappers.data import Sample, Trajectory, save_jsonl
-from wrappers.envops import LocalCollector
 from wrappers.episode import AgentEpisode
-from wrappers.expert import _play as play_plans
-from wrappers.expert import expert_plans, require_expert
+from wrappers.expert import expert_plans, play_plans, require_expert
+from wrappers.local_collector import LocalCollector
 from wrappers.oracle import OracleReflector
 from wrappers.policy import Policy, SamplingParams
 from wrappers.reflection import Reflection, ReflectionRequest

@@ -98,13 +98,3 @@ class _Call:
             self.future.set_exception(exc)
         else:
             self.future.set_result(result)
-
-
-def __getattr__(name: str) -> Any:
-    # Temporary: r3l_learn/warmup.py imports LocalCollector from here until its import reads
-    # wrappers.local_collector; delete with that edit (imported by name so that no import circle is written).
-    if name == "LocalCollector":
-        import importlib
-
-        return importlib.import_module("wrappers.local_collector").LocalCollector
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

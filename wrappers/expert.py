@@ -228,7 +228,3 @@ def _as_agent(ep: AgentEpisode, action: str) -> tuple[str, bool]:
 
 def _normal(text: str) -> str:
     return " ".join(text.lower().split())
-
-
-# Temporary: r3l_learn/warmup.py imports ``_play`` until its import reads ``play_plans``; delete with that edit.
-_play = play_plans

@@ -12,7 +12,7 @@ from r3l_learn.cli import build_parser, main
 from r3l_learn.train import TrainConfig
 from r3l_learn.train_cli import config_from_args
 
-COMMANDS = ("tour", "envs", "check", "train", "eval", "show")
+COMMANDS = ("tour", "envs", "check", "train", "eval", "warmup", "show")
 # an entry of the options list: two spaces, the flag's spellings, then its help after two spaces or on the next line
 ENTRY = re.compile(r"^  (-[^ ].*?)(?:  +(.*))?$")
 
