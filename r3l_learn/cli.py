@@ -227,6 +227,7 @@ def _add_env_arguments(parser: argparse.ArgumentParser, *, required: bool) -> No
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``r3l`` argument parser (every subcommand's help shows defaults and choices). ``train``'s flags come
     from its config, which imports torch: they are built only when ``command`` is ``train`` or ``None`` (all)."""
+    from r3l_learn.backends import ROLLOUT_BACKENDS
     from r3l_learn.evaluate import BACKENDS
     from r3l_learn.models import DEFAULT_MODEL
 
@@ -319,7 +320,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="bf16 compute over the weights; auto: only where the device computes bf16 natively",
     )
     ev.add_argument("--device", default="cpu", help='"cpu" or "cuda[:i]"')
-    ev.add_argument("--rollout-backend", choices=BACKENDS, default="hf", help="who generates: HF transformers or vLLM")
+    engines = "; ".join(f"{name}: {ROLLOUT_BACKENDS.summary(name)}" for name in BACKENDS)
+    ev.add_argument("--rollout-backend", choices=BACKENDS, default="hf", help=f"who generates: {engines}")
     ev.add_argument("--seed", type=int, default=0, help="seeds the episodes and sampling")
     ev.add_argument("--out", default=None, help="JSONL file to write; None: r3l-eval-<Env>-<split>.jsonl in --out-dir")
     ev.add_argument("--out-dir", default=None, help="directory of the default --out file; None: the current one")
