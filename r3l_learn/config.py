@@ -22,7 +22,7 @@ from r3l_learn.collect import expert_demos_problem
 from r3l_learn.logprobs import MIN_SHARED_PREFIX
 from r3l_learn.losses import AGGREGATIONS, AUX_MEANS, KL_ESTIMATORS
 from r3l_learn.models import DEFAULT_MODEL
-from r3l_learn.reflectors import reflector_help, reflector_problem
+from r3l_learn.reflectors import REFLECTORS, parse_reflector, reflector_help, reflector_problem
 from r3l_learn.registry import Choices
 
 __all__ = ["FORMER_BEHAVIOUR", "HYPER_FLAGS", "RESUMABLE_CHANGES", "TrainConfig", "config_from_dict"]
@@ -77,7 +77,7 @@ class AuxReflectionProperties:
 
     Attributes:
         trains: they train (where :attr:`only_self` allows).
-        only_self: only when the policy is its own reflector (``reflector="self"``, the paper's setting).
+        only_self: only when the policy is its own reflector (``self`` or ``self-structured``; the paper's setting).
     """
 
     trains: bool = False
@@ -383,7 +383,8 @@ class TrainConfig:
 def trains_reflection(aux_reflection: str, reflector: str) -> bool:
     """Whether ``aux_reflection`` trains the reflection samples of ``reflector``'s diagnoses."""
     rule = AUX_REFLECTIONS.spec(aux_reflection)
-    return rule.trains and (not rule.only_self or reflector == "self")
+    # the policy reflects on its own trajectories (free text or structured): its reflections are its own samples
+    return rule.trains and (not rule.only_self or REFLECTORS.spec(parse_reflector(reflector)[0]).properties.uses_policy)
 
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:

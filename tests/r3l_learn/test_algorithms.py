@@ -239,7 +239,12 @@ def test_which_reflection_samples_train_depends_on_who_reflects():
         return TrainConfig(algo="r3l", aux_reflection=aux_reflection, reflector=reflector).trains_reflection
 
     assert [trains("always", r) for r in ("self", "oracle")] == [True, True]
-    assert [trains("when_self", r) for r in ("self", "oracle")] == [True, False]
+    assert [trains("when_self", r) for r in ("self", "self-structured", "oracle", "HuggingFaceTB/x")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
     assert [trains("never", r) for r in ("self", "oracle")] == [False, False]
     with pytest.raises(ValueError, match="aux_reflection: unknown aux reflection 'sometimes'; registered: always"):
         TrainConfig(aux_reflection="sometimes")
