@@ -40,8 +40,8 @@ def machine() -> dict[str, str]:
         versions["git"] = commit.stdout.strip() or "unknown"
     except OSError:
         versions["git"] = "unknown"
-    try:  # whether bf16 is native here decides what "auto" precisions mean (r3l_learn.device)
-        from r3l_learn.device import cpu_kind
+    try:  # whether bf16 is native here decides what "auto" precisions mean (r3l_learn.policies.device)
+        from r3l_learn.policies.device import cpu_kind
 
         kind = cpu_kind()
     except ImportError:

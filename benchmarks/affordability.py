@@ -98,7 +98,7 @@ def measure(name: str, args: list[str], threads: int) -> dict:
     with tempfile.TemporaryDirectory() as out:
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         start = time.perf_counter()
-        cmd = [sys.executable, "-m", "r3l_learn.cli", "train", *args, "--out-dir", out]
+        cmd = [sys.executable, "-m", "r3l_learn.cli.main", "train", *args, "--out-dir", out]
         subprocess.run(cmd, check=True, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - start
         steps = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
@@ -125,7 +125,7 @@ def flops_per_token(model: str) -> int:
     """FLOPs a training step spends per token on ``model``'s matmuls: 2 per weight forward, 4 backward."""
     from transformers import AutoConfig
 
-    from r3l_learn.models import resolve_model
+    from r3l_learn.policies.models import resolve_model
 
     c = AutoConfig.from_pretrained(resolve_model(model))
     kv = c.num_key_value_heads * (c.hidden_size // c.num_attention_heads)
@@ -208,8 +208,8 @@ PREFIX_MODES: dict[str, tuple[str, dict]] = {
 
 def collect_groups(args: argparse.Namespace) -> tuple[Any, list]:
     """One short ``r3l train`` run in this process (the study's setting): its config and every step's groups."""
-    from r3l_learn.train import train
-    from r3l_learn.train_cli import ConfigArgumentParser, add_train_arguments, config_from_args
+    from r3l_learn.cli.train_args import ConfigArgumentParser, add_train_arguments, config_from_args
+    from r3l_learn.loop.train import train
 
     parser = ConfigArgumentParser()
     add_train_arguments(parser)
@@ -228,10 +228,10 @@ def measure_prefix_modes(config: Any, groups: list, repeats: int, modes: list[st
     passes, made in turns."""
     import torch
 
-    from r3l_learn.batch import rows_from_groups
-    from r3l_learn.device import resolve_autocast
-    from r3l_learn.train_setup import load_train_policy
-    from r3l_learn.update import LossConfig, accumulate_gradients
+    from r3l_learn.algorithms.batch import rows_from_groups
+    from r3l_learn.algorithms.update import LossConfig, accumulate_gradients
+    from r3l_learn.loop.setup import load_train_policy
+    from r3l_learn.policies.device import resolve_autocast
 
     policy = load_train_policy(config)
     model = policy.model
@@ -369,8 +369,8 @@ def main(argv: list[str] | None = None) -> None:
         common = train_args(args.env, args.steps, args.tasks_per_step, args.group_size, args.algo, kwargs)
         rows.append(measure(name, common + extra, args.threads))
         print(json.dumps(rows[-1]), flush=True)
-    from r3l_learn.device import resolve_autocast
-    from r3l_learn.models import DEFAULT_MODEL
+    from r3l_learn.policies.device import resolve_autocast
+    from r3l_learn.policies.models import DEFAULT_MODEL
 
     dtype = "bf16" if resolve_autocast(CPU_AUTOCAST, "cpu") == "bf16" else "fp32"
     limits = {"model": DEFAULT_MODEL, "dtype": dtype, "n": 1024, "flops_per_token": flops_per_token(DEFAULT_MODEL)}

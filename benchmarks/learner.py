@@ -7,7 +7,7 @@ target (agent turns are a minority of an agent trace; observations and prompts a
 
 * ``causal-lm``: the baseline, HF's own loss (``model(input_ids, labels=...)``: full logits, mean NLL of the
   target tokens), forward + backward.
-* ``r3l``: :func:`r3l_learn.update.accumulate_gradients` with the R³L objective (reinforce, token-mean,
+* ``r3l``: :func:`r3l_learn.algorithms.update.accumulate_gradients` with the R³L objective (reinforce, token-mean,
   per-sequence advantages) on the same tokens and targets: chunked LM head, only target positions.
 * ``r3l + grad-ckpt``, ``r3l + LoRA r=16``, ``r3l + bf16 autocast``: the memory/speed options. The bf16 row runs
   only where the device computes bf16 natively (a CPU with avx512_bf16 or AMX, or a bf16 GPU; where it is emulated
@@ -48,9 +48,9 @@ def _one(args: argparse.Namespace, name: str) -> dict:
     """Run configuration ``name`` in this process and return its measurements."""
     import torch
 
-    from r3l_learn.batch import Row
-    from r3l_learn.evaluate import load_policy
-    from r3l_learn.update import LossConfig, accumulate_gradients
+    from r3l_learn.algorithms.batch import Row
+    from r3l_learn.algorithms.update import LossConfig, accumulate_gradients
+    from r3l_learn.loop.evaluate import load_policy
 
     opts = CONFIGS[name]
     policy = load_policy(args.model, dtype="float32", device=args.device)
@@ -128,7 +128,7 @@ def main() -> None:
         print(json.dumps(_one(args, args.only)))
         return
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from r3l_learn.device import cpu_kind, native_dtype
+    from r3l_learn.policies.device import cpu_kind, native_dtype
 
     bf16_native = native_dtype(args.device) == "bfloat16"
     kind = cpu_kind() if args.device == "cpu" else args.device

@@ -1,7 +1,7 @@
 """The driver's dispatch through Ray on the paper's shape: 8 nodes, 96 tasks x 8 samples (768 env slots) per step.
 
 On a ``ray.cluster_utils.Cluster`` of ``--nodes`` worker nodes on this machine (loopback only; the head holds no
-CPUs), one :class:`wrappers.ray_collector.RayCollector` with one env actor per node holds ``--slots`` slots (96
+CPUs), one :class:`wrappers.collectors.ray.RayCollector` with one env actor per node holds ``--slots`` slots (96
 per node by default). A round is one call per slot that does nothing next to its env (``collector.call``), then
 ``gather``: what a rollout does each turn, minus the env's own work, so what is timed is the driver's dispatch and
 the round trips. Two modes are measured in the same run, alternating round by round so that the machine's load
@@ -43,7 +43,7 @@ def measure(args) -> dict:
     import ray
     from ray.cluster_utils import Cluster
 
-    from wrappers.ray_collector import RayCollector
+    from wrappers.collectors.ray import RayCollector
 
     cluster = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors cannot import this file by name

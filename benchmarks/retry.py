@@ -1,7 +1,7 @@
 """What a retry from the pivot saves over a retry from scratch, and what concurrent env calls save in collect.
 
 For each offline env (Countdown, TextWorld, ALFWorld generated, WebShop generated; ScienceWorld with
-``--sciworld``), with the scripted policy (``r3l_learn/scripted.py``) and the ``OracleReflector``:
+``--sciworld``), with the scripted policy (``r3l_learn/policies/scripted.py``) and the ``OracleReflector``:
 
 * retry cost: ``ReflectRetry.collect`` on ``--tasks`` tasks; per retry, the agent tokens generated and env
   steps played from the pivot vs what a retry from scratch (reset, then the prefix again) would generate and
@@ -41,10 +41,10 @@ import gymnasium as gym
 
 import r3l_envs
 from benchmarks import _report
-from r3l_learn.scripted import ScriptedPolicy
+from r3l_learn.policies.scripted import ScriptedPolicy
 from wrappers import AgentEpisode, OracleReflector, ReflectRetry, ReflectRetryConfig, RolloutConfig, play
-from wrappers.oracle import expert_plan
-from wrappers.reflect_retry import aggregate_stats
+from wrappers.retry.oracle import expert_plan
+from wrappers.retry.reflect_retry import aggregate_stats
 from wrappers.rollout import DEFAULT_ENV_WORKERS
 
 logger = logging.getLogger("bench.retry")
@@ -436,7 +436,7 @@ def main() -> None:
     envs = args.envs or ["r3l/Countdown-v0", *PLAN_ENVS] + (["r3l/ScienceWorld-v0"] if args.sciworld else [])
     model = None
     if args.model:
-        from r3l_learn.hf_policy import HFPolicy
+        from r3l_learn.policies.hf import HFPolicy
 
         model = HFPolicy.from_pretrained(args.model)
         args.concurrency = False

@@ -31,9 +31,9 @@ import torch
 import r3l_envs  # noqa: F401  (registers the ids)
 from benchmarks import _report
 from benchmarks.learning_study.grid import ENVS
-from r3l_learn.config import action_flags
-from r3l_learn.hf_policy import HFPolicy, auto_dtype
-from r3l_learn.prompt_cache import PromptCache
+from r3l_learn.loop.config import action_flags
+from r3l_learn.policies.hf import HFPolicy, auto_dtype
+from r3l_learn.policies.prompt_cache import PromptCache
 from wrappers import AgentEpisode, RolloutConfig, SamplingParams, rollout_batch
 
 logger = logging.getLogger("bench.rollout")

@@ -3,8 +3,8 @@
 In one run, on one local Ray instance (loopback only):
 
 * throughput: the same scripted episodes (``retry.plan_agent``: each task's expert plan, then detours, up to
-  ``--max-turns``; no LLM) played with ``rollout_batch`` through :class:`wrappers.local_collector.LocalCollector`
-  (``workers`` threads) and :class:`wrappers.ray_collector.RayCollector` (``workers`` actors), env steps per
+  ``--max-turns``; no LLM) played with ``rollout_batch`` through :class:`wrappers.collectors.local.LocalCollector`
+  (``workers`` threads) and :class:`wrappers.collectors.ray.RayCollector` (``workers`` actors), env steps per
   second against the number of workers, for ScienceWorld (a JVM per env) and WebShop (pure Python, ~0.1 ms a
   step); every run's trajectories are checked identical to the first one's;
 * overhead: on one slot, median (and IQR) of many single calls, local (inline) vs Ray: a step with its
@@ -34,8 +34,8 @@ import gymnasium as gym
 
 from benchmarks import _report, retry
 from wrappers import RolloutConfig
-from wrappers.local_collector import LocalCollector
-from wrappers.oracle import expert_plan
+from wrappers.collectors.local import LocalCollector
+from wrappers.retry.oracle import expert_plan
 from wrappers.rollout import rollout_batch
 
 logger = logging.getLogger("bench.scaling")
@@ -53,7 +53,7 @@ def wait_call(env, seconds: float) -> None:
 
 
 def _ray_collector(env_id: str, workers: int):
-    from wrappers.ray_collector import RayCollector
+    from wrappers.collectors.ray import RayCollector
 
     # a quarter of a logical CPU each: the actors' placement is not what is measured, the cores are shared anyway
     return RayCollector(env_id, workers=workers, num_cpus=0.25)
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> dict:
         args.envs, args.workers, args.episodes, args.repeats = ["r3l/WebShop-v0"], [1, 2], 2, 1
         args.calls, args.slots, args.rounds = 5, 2, 2
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from wrappers.ray_collector import connect, require_ray
+    from wrappers.collectors.ray import connect, require_ray
 
     ray = require_ray()
     command = "python -m benchmarks.scaling " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -8,10 +8,11 @@ reflection's guidance in its context (as :class:`wrappers.ReflectRetry` does). P
 * **parse rate**: reflections that yield a pivot and guidance (``Reflection.wants_retry``), over failed bases;
 * **retry rate**: retries actually played, over failed bases;
 * **retry success**: retries that won, over retries played (and over failed bases), and retries that beat
-  their base (R³L's rule for auxiliary samples, :func:`wrappers.reflect_retry.beats`).
+  their base (R³L's rule for auxiliary samples, :func:`wrappers.retry.reflect_retry.beats`).
 
 Reflectors: ``free`` is :class:`wrappers.PolicyReflector` (the policy writes the JSON diagnosis; 512 new tokens at
-temperature 1.0, the paper's settings); ``structured`` is :class:`wrappers.structured_reflection.StructuredReflector`
+temperature 1.0, the paper's settings); ``structured`` is
+:class:`wrappers.retry.structured_reflection.StructuredReflector`
 (the pivot the policy judges most likely, a suggestion chosen among the pivot turn's admissible actions);
 ``least_likely`` is the structured one with the pivot at the turn the policy played least confidently.
 
@@ -43,11 +44,11 @@ from tqdm import tqdm
 
 import r3l_envs  # noqa: F401  (registers the r3l/* envs)
 from benchmarks import _report
-from r3l_learn.evaluate import load_policy
+from r3l_learn.loop.evaluate import load_policy
 from wrappers import AgentEpisode, RolloutConfig, SamplingParams, Trajectory, play, rollout_batch
-from wrappers.reflect_retry import beats
-from wrappers.reflection import PolicyReflector, Reflection, ReflectionRequest, Reflector
-from wrappers.structured_reflection import StructuredReflector
+from wrappers.retry.reflect_retry import beats
+from wrappers.retry.reflection import PolicyReflector, Reflection, ReflectionRequest, Reflector
+from wrappers.retry.structured_reflection import StructuredReflector
 
 logger = logging.getLogger("bench.self_reflection")
 

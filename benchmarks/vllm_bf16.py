@@ -16,8 +16,8 @@ import os
 import time
 
 from benchmarks import _report
-from r3l_learn.device import cpu_kind
-from r3l_learn.hf_policy import HFPolicy
+from r3l_learn.policies.device import cpu_kind
+from r3l_learn.policies.hf import HFPolicy
 from wrappers.policy import SamplingParams
 
 logger = logging.getLogger("bench.vllm_bf16")
@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from r3l_learn.vllm_policy import shared_engine, shutdown_engine
+    from r3l_learn.policies.vllm import shared_engine, shutdown_engine
 
     load_before = os.getloadavg()
     start = time.perf_counter()

@@ -21,8 +21,8 @@ import gymnasium as gym
 
 import r3l_envs  # noqa: F401  (registers the ids)
 from benchmarks import _report
-from r3l_learn.device import cpu_kind, resolve_dtype
-from r3l_learn.hf_policy import HFPolicy
+from r3l_learn.policies.device import cpu_kind, resolve_dtype
+from r3l_learn.policies.hf import HFPolicy
 from wrappers import RolloutConfig, SamplingParams, rollout_batch
 
 logger = logging.getLogger("bench.vllm_cpu")
@@ -54,7 +54,7 @@ def collect(policy, env_id: str, constrained: bool, batch: int, args: argparse.N
 def start_backends(model: str, dtype_name: str, seed: int) -> tuple[str, dict, float, tuple[float, ...]]:
     """Both backends on ``model`` in the dtype ``dtype_name`` resolves to here: that dtype, the policies by name,
     the HF load's seconds and the load average just before the vLLM engine starts (its start is on the engine)."""
-    from r3l_learn.vllm_policy import shared_engine
+    from r3l_learn.policies.vllm import shared_engine
 
     dtype = resolve_dtype(dtype_name, "cpu")
     load_start = time.perf_counter()
@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from r3l_learn.vllm_policy import shutdown_engine
+    from r3l_learn.policies.vllm import shutdown_engine
 
     dtype, policies, hf_load, load_before = start_backends(args.model, args.dtype, args.seed)
     engine = policies["vllm"]

@@ -36,7 +36,7 @@ import gymnasium as gym
 import r3l_envs  # noqa: F401  (registers the ids)
 from benchmarks import _report
 from benchmarks.vllm_cpu import start_backends
-from r3l_learn.device import cpu_kind
+from r3l_learn.policies.device import cpu_kind
 from wrappers import RolloutConfig, SamplingParams, rollout_batch
 
 logger = logging.getLogger("bench.vllm_cpu_profile")
@@ -171,8 +171,8 @@ def prefix_cache_by_turn(engine, batch: int, turns: int, seed: int, read: bool) 
 
 def main_constrained(args) -> None:
     """``--constrained-turns``: the prefix cache in constrained mode, turn by turn, read and skipped."""
-    from r3l_learn.device import resolve_dtype
-    from r3l_learn.vllm_policy import shared_engine, shutdown_engine
+    from r3l_learn.policies.device import resolve_dtype
+    from r3l_learn.policies.vllm import shared_engine, shutdown_engine
 
     dtype = resolve_dtype(args.dtype, "cpu")
     engine = shared_engine(args.model, dtype=dtype, seed=args.seed)
@@ -264,7 +264,7 @@ def main() -> None:
     if args.constrained_turns > 0:
         main_constrained(args)
         return
-    from r3l_learn.vllm_policy import shutdown_engine
+    from r3l_learn.policies.vllm import shutdown_engine
 
     dtype, policies, _, load_before = start_backends(args.model, args.dtype, args.seed)
     for policy in policies.values():  # warm-up, not counted

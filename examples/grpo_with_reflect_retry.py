@@ -35,13 +35,13 @@ import time
 
 import torch
 
-from r3l_learn.hf_policy import HFPolicy
-from r3l_learn.models import tiny_model
-from r3l_learn.scripted import ScriptedPolicy
+from r3l_learn.policies.hf import HFPolicy
+from r3l_learn.policies.models import tiny_model
+from r3l_learn.policies.scripted import ScriptedPolicy
 from wrappers import RolloutConfig, SamplingParams
-from wrappers.data import Trajectory
-from wrappers.oracle import OracleReflector
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig, beats
+from wrappers.data.trajectory import Trajectory
+from wrappers.retry.oracle import OracleReflector
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig, beats
 
 logger = logging.getLogger("grpo_example")
 

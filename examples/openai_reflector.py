@@ -1,17 +1,17 @@
 """A model behind an OpenAI-compatible server as reflector (and as policy): reflect-retry groups over HTTP.
 
 R³L's reflector is often another, stronger model than the policy, served elsewhere. This example serves a model
-with r3l's own small server (``python -m r3l_learn.openai_server``, a child process on a free loopback port,
+with r3l's own small server (``python -m r3l_learn.bridges.openai_server``, a child process on a free loopback port,
 waited on until it says it listens) or uses a server you already run (``--base-url``: vLLM's ``vllm serve``, a
 hosted API), then
 
-1. evaluates the served model as a policy (:class:`r3l_learn.openai_policy.OpenAIPolicy`): with vLLM's
+1. evaluates the served model as a policy (:class:`r3l_learn.policies.openai.OpenAIPolicy`): with vLLM's
    extensions the server returns the sampled token ids and their log-probs, and the prompt's token ids, so each
    turn whose prompt the server tokenised as we did is token-exact, as training needs; the others get NaN
    log-probs (messages carry text, and an earlier reply's sampled tokens are not always how its text
    tokenises: with SmolLM2, 8 of 12 turns were exact, every first turn among them);
 2. collects reflect-retry groups whose reflections come from the server
-   (:class:`r3l_learn.openai_policy.OpenAIReflector`); a reply that is not a usable diagnosis is recorded and
+   (:class:`r3l_learn.policies.openai.OpenAIReflector`); a reply that is not a usable diagnosis is recorded and
    counted by its reason, never fatal.
 
 A small model rarely writes a parseable diagnosis (SmolLM2-135M: about 1 in 100), so expect few retries: the point
@@ -39,11 +39,11 @@ from typing import Any
 import gymnasium as gym
 
 import r3l_envs  # noqa: F401  (registers the r3l/* ids)
-from r3l_learn.evaluate import TINY_RANDOM, evaluate
-from r3l_learn.openai_policy import OpenAIPolicy, OpenAIReflector
-from r3l_learn.openai_server import spawn
+from r3l_learn.bridges.openai_server import spawn
+from r3l_learn.loop.evaluate import TINY_RANDOM, evaluate
+from r3l_learn.policies.openai import OpenAIPolicy, OpenAIReflector
 from wrappers import RolloutConfig, SamplingParams
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig, aggregate_stats
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig, aggregate_stats
 
 logger = logging.getLogger("openai_reflector")
 
@@ -51,12 +51,12 @@ logger = logging.getLogger("openai_reflector")
 def tokenizer_for(model: str) -> Any:
     """The served model's tokenizer, loaded locally (OpenAIPolicy renders and tokenises on this side)."""
     if model == TINY_RANDOM:
-        from r3l_learn.models import tiny_tokenizer
+        from r3l_learn.policies.models import tiny_tokenizer
 
         return tiny_tokenizer()
     from transformers import AutoTokenizer
 
-    from r3l_learn.models import resolve_model
+    from r3l_learn.policies.models import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model(model))
 
@@ -67,7 +67,7 @@ def server(model: str, base_url: str | None) -> Iterator[str]:
     if base_url:
         yield base_url
         return
-    logger.info("starting python -m r3l_learn.openai_server --model %s", model)
+    logger.info("starting python -m r3l_learn.bridges.openai_server --model %s", model)
     with spawn(model, dtype="float32") as url:
         logger.info("serving on %s", url)
         yield url

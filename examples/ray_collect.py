@@ -1,13 +1,13 @@
 """Reflect-retry collection with the envs in Ray actors: a worker killed mid-collect, and the same groups.
 
-Starts a local Ray instance (``wrappers.ray_collector.connect("local")``; pass ``--address auto`` or
+Starts a local Ray instance (``wrappers.collectors.ray.connect("local")``; pass ``--address auto`` or
 ``HOST:PORT`` to join a cluster that ``ray start`` runs), puts the env slots in Ray actors
-(:class:`wrappers.ray_collector.RayCollector`) and collects reflect-retry groups on them. Only plain data crosses
+(:class:`wrappers.collectors.ray.RayCollector`) and collects reflect-retry groups on them. Only plain data crosses
 to the actors: actions, observations, and checkpoints as verified bytes; the policy and the reflector stay here.
 
 Halfway through, one env worker's process is killed (SIGKILL, as a crash or the OOM killer would): the collector
 starts a new actor, rebuilds its slots from their last checkpoints, and the groups come out identical to those of
-the in-process thread pool (:class:`wrappers.local_collector.LocalCollector`), which this example checks.
+the in-process thread pool (:class:`wrappers.collectors.local.LocalCollector`), which this example checks.
 
 Who plays: a scripted Countdown player that answers wrongly unless the oracle's guidance states the answer
 (``OracleReflector(reveal_answer=True)``), so bases fail and retries from the pivot succeed; no model is needed.
@@ -29,13 +29,13 @@ import time
 from typing import Any
 
 import r3l_envs  # noqa: F401  (registers the r3l/* ids)
-from r3l_learn.scripted import ScriptedPolicy
+from r3l_learn.policies.scripted import ScriptedPolicy
 from wrappers import RolloutConfig
-from wrappers.collector import Collector
-from wrappers.local_collector import LocalCollector
-from wrappers.oracle import OracleReflector
-from wrappers.ray_collector import RayCollector, connect, require_ray
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig, aggregate_stats
+from wrappers.collectors.local import LocalCollector
+from wrappers.collectors.protocol import Collector
+from wrappers.collectors.ray import RayCollector, connect, require_ray
+from wrappers.retry.oracle import OracleReflector
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig, aggregate_stats
 
 logger = logging.getLogger("ray_collect")
 ENV = "r3l/Countdown-v0"

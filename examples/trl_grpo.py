@@ -7,11 +7,11 @@ Install the extras first (``pip install -e ".[games,hf,trl]"``), then::
     python examples/trl_grpo.py --mode episodes       # plain GRPO: num_generations independent episodes per task
     python examples/trl_grpo.py --model smollm2-135m-instruct --env r3l/TextWorld-v0 --steps 20   # a real run
 
-What happens per step: TRL draws tasks from ``rollout.dataset()``; :class:`r3l_learn.trl_bridge.EnvRollout` plays
+What happens per step: TRL draws tasks from ``rollout.dataset()``; :class:`r3l_learn.bridges.trl.EnvRollout` plays
 each task's group with the trainer's own model (``num_generations`` episodes, or N/2 bases + reflections + retries
 + fill), and hands TRL one sequence per episode: the opening chat as ``prompt_ids``, the rest of the episode as
 ``completion_ids``, and ``env_mask`` so only the agent's tokens train (after pivotal credit in reflect-retry
-groups). The env's reward comes back through :func:`r3l_learn.trl_bridge.env_reward`. What TRL cannot express of
+groups). The env's reward comes back through :func:`r3l_learn.bridges.trl.env_reward`. What TRL cannot express of
 R³L (positive amplification, the auxiliary SFT samples) is listed in that module's docstring.
 
 The tiny random model (the default) never solves a task: its rewards are all 0, so its steps have no gradient;
@@ -38,11 +38,11 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experi
 from trl import GRPOConfig, GRPOTrainer
 
 import r3l_envs  # noqa: F401  (registers the r3l/* ids)
-from r3l_learn.device import resolve_autocast
-from r3l_learn.evaluate import load_policy
-from r3l_learn.trl_bridge import EnvRollout, env_reward
+from r3l_learn.bridges.trl import EnvRollout, env_reward
+from r3l_learn.loop.evaluate import load_policy
+from r3l_learn.policies.device import resolve_autocast
 from wrappers import RolloutConfig, SamplingParams
-from wrappers.oracle import OracleReflector
+from wrappers.retry.oracle import OracleReflector
 
 logger = logging.getLogger("trl_grpo")
 
@@ -54,7 +54,7 @@ def reflector_for(name: str, base_url: str | None):
     if name == "self":
         return "self"
     if name.startswith("openai:"):
-        from r3l_learn.openai_policy import OpenAIReflector
+        from r3l_learn.policies.openai import OpenAIReflector
 
         return OpenAIReflector(name.removeprefix("openai:"), base_url=base_url)
     raise SystemExit(f"--reflector must be oracle, self or openai:MODEL, got {name!r}")

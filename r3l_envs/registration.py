@@ -22,7 +22,7 @@ NAMESPACE = "r3l"
 # env is (prompt family, math or not, expert plan) is declared by its class (``TextEnv``, ``EnvInfo``).
 # max_episode_steps is the env's own episode limit (gymnasium's TimeLimit), kept as the engines set it for anyone who
 # makes the env: ALFWorld 50 (its base config's max_nb_steps_per_episode), ScienceWorld 100 (its envStepLimit).
-# A training budget is the learner's: the ``paper-*`` presets (r3l_learn/presets.py) stop episodes at the R³L
+# A training budget is the learner's: the ``paper-*`` presets (r3l_learn/loop/presets.py) stop episodes at the R³L
 # paper's 25 (ALFWorld) / 15 (WebShop) / 30 (ScienceWorld) turns with ``max_turns``.
 _ENVS: dict[str, tuple[str, dict[str, Any], int | None]] = {
     "Countdown-v0": ("r3l_envs.math.envs:CountdownEnv", {}, None),

@@ -138,11 +138,11 @@ def test_the_circle_finder_finds_a_circle_and_nothing_else():
     ("source", "expected"),
     [
         ("def f():\n    from wrappers.episode import _slots", [(2, "wrappers.episode", "_slots")]),
-        ("import r3l_learn.update", [(1, "r3l_learn.update", None)]),
+        ("import r3l_learn.algorithms.update", [(1, "r3l_learn.algorithms.update", None)]),
         ("from . import episode", [(1, "wrappers.episode", None)]),
         ("import numpy", []),
     ],
 )
 def test_the_import_reader_sees_function_level_relative_and_private_imports(source, expected):
-    known = {"wrappers.episode": ROOT, "r3l_learn.update": ROOT}
+    known = {"wrappers.episode": ROOT, "r3l_learn.algorithms.update": ROOT}
     assert list(imports_in(source, "wrappers", known)) == expected

@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-R3L_CLI = "import sys; from r3l_learn.cli import main; sys.exit(main(sys.argv[1:]))"  # `r3l` with this Python
+R3L_CLI = "import sys; from r3l_learn.cli.main import main; sys.exit(main(sys.argv[1:]))"  # `r3l` with this Python
 
 
 def _readme() -> str:

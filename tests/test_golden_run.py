@@ -1,6 +1,6 @@
 """Golden run: a seeded collect plus one optimiser update, pinned bit for bit.
 
-Two one-step runs of :func:`r3l_learn.train` on a small windy corridor with the tiny random model on CPU:
+Two one-step runs of :func:`r3l_learn.loop.train` on a small windy corridor with the tiny random model on CPU:
 ``r3l`` (reflect-retry groups, the oracle reflector, so retries, pivots and an auxiliary sample occur) and
 ``grpo`` (plain groups). Each pins, in ``tests/golden/run.json``:
 
@@ -44,9 +44,9 @@ torch = pytest.importorskip("torch")
 
 from corridor import Corridor  # noqa: E402  (tests/ is on sys.path: tests/conftest.py)
 
-from r3l_learn.batch import rows_from_groups  # noqa: E402
-from r3l_learn.checkpoints import latest_checkpoint, load_checkpoint  # noqa: E402
-from r3l_learn.train import TrainConfig, train  # noqa: E402
+from r3l_learn.algorithms.batch import rows_from_groups  # noqa: E402
+from r3l_learn.loop.checkpoints import latest_checkpoint, load_checkpoint  # noqa: E402
+from r3l_learn.loop.train import TrainConfig, train  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden" / "run.json"
 REGEN = os.environ.get("R3L_REGEN_GOLDEN") == "1"

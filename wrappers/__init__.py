@@ -4,10 +4,10 @@ Nothing here imports torch: policies are implemented in ``r3l_learn`` and passed
 """
 
 from wrappers.chat import ChatSequence, chat
-from wrappers.collector import Collector
-from wrappers.data import Sample, Trajectory, TrajectoryGroup, Turn, load_jsonl, save_jsonl
-from wrappers.export import to_dataset
-from wrappers.local_collector import LocalCollector
+from wrappers.collectors.local import LocalCollector
+from wrappers.collectors.protocol import Collector
+from wrappers.data.export import to_dataset
+from wrappers.data.trajectory import Sample, Trajectory, TrajectoryGroup, Turn, load_jsonl, save_jsonl
 from wrappers.parsing import AnswerFormat, ParsedReply, parse_reply
 from wrappers.policy import Generation, Policy, SamplingParams
 from wrappers.prompts import FAMILIES, PromptTemplate, template_for
@@ -47,10 +47,10 @@ __all__ = [
 ]
 
 # reflect-retry
-from wrappers.oracle import OracleReflector
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig, aggregate_stats
-from wrappers.reflection import PolicyReflector, Reflection, ReflectionRequest, Reflector, parse_reflection
-from wrappers.structured_reflection import StructuredReflector
+from wrappers.retry.oracle import OracleReflector
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig, aggregate_stats
+from wrappers.retry.reflection import PolicyReflector, Reflection, ReflectionRequest, Reflector, parse_reflection
+from wrappers.retry.structured_reflection import StructuredReflector
 
 __all__ += [
     "OracleReflector",

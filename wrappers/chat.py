@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from wrappers.policy import Generation, Policy, SamplingParams
 
 if TYPE_CHECKING:
-    from wrappers.data import Turn
+    from wrappers.data.trajectory import Turn
 
 __all__ = ["ChatSequence", "chat", "chosen_span", "end_of_turn_id", "replay", "turn_suffix_ids", "with_guidance"]
 
@@ -89,7 +89,8 @@ class ChatSequence:
     ) -> tuple[int, int]:
         """Append a reply's ids; returns their ``[start, end)`` span (the whole reply). The agent mask is 1 on
         ``token_ids[sampled[0]:sampled[1]]``, the tokens the policy chose (all of them when ``sampled`` is
-        ``None``), and 0 on the reply tokens the rollout wrote around them (``wrappers.data.Turn.sampled``)."""
+        ``None``), and 0 on the reply tokens the rollout wrote around them
+        (``wrappers.data.trajectory.Turn.sampled``)."""
         if len(token_ids) != len(logprobs):
             raise ValueError(f"{len(token_ids)} token ids but {len(logprobs)} log-probs")
         first, last = (0, len(token_ids)) if sampled is None else sampled

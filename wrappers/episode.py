@@ -1,7 +1,8 @@
 """One agent episode on one env slot: prompts, parsing, the env's replies, and the recorded trajectory.
 
 An :class:`AgentEpisode` builds each turn's prompt ids, turns a generation (or a constrained choice) into an
-action, has its :class:`wrappers.collector.Collector` step the env, and records the turn; :func:`wrappers.rollout.play`
+action, has its :class:`wrappers.collectors.protocol.Collector` step the env, and records the turn;
+:func:`wrappers.rollout.play`
 drives many of them in batched rounds. :class:`RolloutConfig` says how episodes are played.
 """
 
@@ -19,9 +20,9 @@ from typing import Any, Literal
 import gymnasium as gym
 
 from wrappers.chat import ChatSequence, replay
-from wrappers.collector import Collector, ResetResult, StepResult
-from wrappers.data import Trajectory, Turn
-from wrappers.local_collector import DEFAULT_ENV_WORKERS, as_collector
+from wrappers.collectors.local import DEFAULT_ENV_WORKERS, as_collector
+from wrappers.collectors.protocol import Collector, ResetResult, StepResult
+from wrappers.data.trajectory import Trajectory, Turn
 from wrappers.parsing import parse_reply
 from wrappers.policy import FinishReason, Generation, Policy, SamplingParams, describe
 from wrappers.prompts import PromptTemplate, family_template
@@ -45,7 +46,8 @@ class RolloutConfig:
 
     Attributes:
         sampling: how replies are sampled.
-        max_turns: the turn limit; ``None``: the env's own (:attr:`wrappers.collector.MadeEnv.max_turns`), else
+        max_turns: the turn limit; ``None``: the env's own (:attr:`wrappers.collectors.protocol.MadeEnv.max_turns`),
+        else
             :data:`DEFAULT_MAX_TURNS`.
         history: keep only the last ``history`` turns in the context; ``None`` keeps all (one sequence).
         constrained: pick among admissible actions by log-likelihood where the env lists them.
@@ -92,11 +94,11 @@ def _jsonable(value: Any) -> Any:
 class AgentEpisode:
     """One episode of one env under a policy: builds prompts, applies generations, records the trajectory.
 
-    The env is a slot of a :class:`wrappers.collector.Collector` (an env passed in directly gets a one-slot
-    :class:`wrappers.local_collector.LocalCollector`): the episode asks it for resets, steps and restores and
+    The env is a slot of a :class:`wrappers.collectors.protocol.Collector` (an env passed in directly gets a one-slot
+    :class:`wrappers.collectors.local.LocalCollector`): the episode asks it for resets, steps and restores and
     never touches an env object, so the env may live in another process.
 
-    The turn API, for any driver (:func:`wrappers.rollout.play`, :func:`wrappers.expert.play_plans`,
+    The turn API, for any driver (:func:`wrappers.rollout.play`, :func:`wrappers.retry.expert.play_plans`,
     reflect-retry): :meth:`prompt` gives the next prompt ids and :meth:`fits` checks a reply still fits;
     :meth:`apply` (a generation) or :meth:`apply_choice` (a reply written around the policy's choice) play a whole
     turn. To overlap the env calls of many episodes, a turn is played in three parts: :meth:`begin_reply` or
@@ -203,7 +205,7 @@ class AgentEpisode:
         token-identical to the base's; its ``base_id`` is ``base.id``. ``guidance``, if given, is put before the
         pivot turn's user message in the *generation* context only; the trajectory's training sequence never
         contains it (as R³L generates its retries), and the turns generated under it say so
-        (:attr:`wrappers.data.Turn.guided`); the guidance itself is kept in ``Trajectory.guidance``.
+        (:attr:`wrappers.data.trajectory.Turn.guided`); the guidance itself is kept in ``Trajectory.guidance``.
         """
         (episode,) = cls.resume_many([env], policy, config, [base], [pivot], guidances=[guidance], kind=kind)
         return episode
@@ -282,7 +284,7 @@ class AgentEpisode:
     @property
     def origin(self) -> tuple[Any, ...]:
         """What fixes this episode (its reset seed and task, or its base, pivot and guidance), as plain values:
-        a seeded driver derives the trajectory's id from it (:func:`wrappers.data.new_id`)."""
+        a seeded driver derives the trajectory's id from it (:func:`wrappers.data.trajectory.new_id`)."""
         return self._origin
 
     @property
@@ -360,7 +362,8 @@ class AgentEpisode:
     ) -> Turn:
         """Play an action the rollout wrote as a reply around the policy's choice (an admissible action chosen by
         constrained mode, a filled placeholder), with the token ids that express it. ``sampled`` is ``[start, end)`` of
-        the chosen tokens in ``token_ids`` (``None``: all of them; see :attr:`wrappers.data.Turn.sampled`), and
+        the chosen tokens in ``token_ids`` (``None``: all of them; see :attr:`wrappers.data.trajectory.Turn.sampled`),
+        and
         ``finish_reason`` is the generation's when the policy filled a placeholder (``"length"``: cut at the cap)."""
         return self._complete(
             self.begin_choice(action, token_ids, logprobs, prompt, sampled=sampled, finish_reason=finish_reason)
@@ -411,7 +414,7 @@ class AgentEpisode:
             logprobs: the policy's log-prob of each of them, in this turn's context.
             prompt: as for :meth:`begin_reply`.
             sampled: ``[start, end)`` of the tokens the policy chose (``None``: all of them;
-                :attr:`wrappers.data.Turn.sampled`).
+                :attr:`wrappers.data.trajectory.Turn.sampled`).
             finish_reason: the generation's, when the policy sampled a placeholder (``"length"``: cut at the cap).
 
         Returns:
@@ -541,7 +544,7 @@ def episode_slots(
 
     Args:
         envs: a collector, or ``n`` env instances (they become the slots of a collector made here with
-            :func:`wrappers.local_collector.as_collector`, ``config.env_workers`` threads at most; it is the
+            :func:`wrappers.collectors.local.as_collector`, ``config.env_workers`` threads at most; it is the
             caller's to close, and closing it leaves the envs open).
         n: how many episodes.
         config: the episodes' config (its ``env_workers``).

@@ -3,8 +3,9 @@
 The loop is written once. Each env slot is driven by an :class:`wrappers.episode.AgentEpisode` (prompt building,
 parsing, env stepping, bookkeeping); :func:`play` gathers the prompts of every running episode into one
 ``generate`` (or one ``score`` in constrained mode) call per round, on the calling thread, and hands the round's
-env calls to the episodes' :class:`wrappers.collector.Collector` (by default env instances whose calls run in
-``RolloutConfig.env_workers`` threads, :mod:`wrappers.envops`; same trajectories as serial). Expected per-episode
+env calls to the episodes' :class:`wrappers.collectors.protocol.Collector` (by default env instances whose calls run in
+``RolloutConfig.env_workers`` threads, :mod:`wrappers.collectors.threads`; same trajectories as serial). Expected
+per-episode
 failures (an unparseable reply, a context that no longer fits) are recorded in the trajectory and never raise; an
 env call that raises propagates.
 """
@@ -20,10 +21,10 @@ import gymnasium as gym
 import numpy as np
 
 from wrappers.chat import chosen_span, end_of_turn_id
-from wrappers.collector import Collector, StepResult
-from wrappers.data import Trajectory, Turn, new_id
+from wrappers.collectors.local import DEFAULT_ENV_WORKERS
+from wrappers.collectors.protocol import Collector, StepResult
+from wrappers.data.trajectory import Trajectory, Turn, new_id
 from wrappers.episode import DEFAULT_MAX_TURNS, AgentEpisode, RolloutConfig, episode_slots
-from wrappers.local_collector import DEFAULT_ENV_WORKERS
 from wrappers.parsing import AnswerFormat
 from wrappers.policy import Policy
 
@@ -122,7 +123,7 @@ def rollout_batch(
 
     Args:
         envs: env instances (from ``gym.make``; one episode each, played to the end, env calls in
-            ``config.env_workers`` threads), or a :class:`wrappers.collector.Collector` whose slots
+            ``config.env_workers`` threads), or a :class:`wrappers.collectors.protocol.Collector` whose slots
             ``0..n-1`` play the ``n`` episodes that ``seeds``/``task_ids`` ask for.
         config: how to play; defaults to :class:`RolloutConfig()`.
         seeds: per-env reset seeds (``None`` entries draw from the env's RNG).
@@ -162,7 +163,7 @@ def play(
     them; returns their trajectories in order.
 
     Each round generates (or scores) for every running episode in one call on this thread, then steps their
-    envs through the episodes' collector (:mod:`wrappers.collector`; ``config.env_workers`` threads for env
+    envs through the episodes' collector (:mod:`wrappers.collectors.protocol`; ``config.env_workers`` threads for env
     instances), tokenising each answer here as it arrives. A round waits for its slowest env; the trajectories
     do not depend on the collector or on ``env_workers``: a late
     episode never moves to another round's batch, which would change what a seeded batched sampler draws.

@@ -6,7 +6,7 @@ oracle guidance, model) it measures on the **test** split, whose tasks are disjo
 
 * ``base_success``: the model's success at the sampling temperature, one episode per test task;
 * ``retry_success``: over the failed bases, the success of the oracle-guided retry from the pivot, with the
-  library's own :class:`wrappers.ReflectRetry` and :class:`wrappers.oracle.OracleReflector`;
+  library's own :class:`wrappers.ReflectRetry` and :class:`wrappers.retry.oracle.OracleReflector`;
 * ``fixed_habit_success``: the best fixed action sequence (the train tasks' expert plans and the most common
   action sequences played), replayed on every test task;
 * ``random_success``: a uniformly random admissible policy;

@@ -17,7 +17,7 @@ import numpy as np
 from tqdm import tqdm
 
 import r3l_envs
-from wrappers.oracle import expert_plan
+from wrappers.retry.oracle import expert_plan
 
 
 def random_success(

@@ -213,7 +213,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    from r3l_learn.hf_policy import HFPolicy
+    from r3l_learn.policies.hf import HFPolicy
 
     return HFPolicy.from_pretrained(args.model, dtype=args.dtype)
 

@@ -1,5 +1,5 @@
 """The model's base episodes and the oracle-guided retries of the failed ones, with the library's own
-:class:`wrappers.ReflectRetry` and :class:`wrappers.oracle.OracleReflector` (one base per task: group size 2)."""
+:class:`wrappers.ReflectRetry` and :class:`wrappers.retry.oracle.OracleReflector` (one base per task: group size 2)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 from tqdm import tqdm
 
 from wrappers import ReflectRetry, ReflectRetryConfig, RolloutConfig
-from wrappers.oracle import OracleReflector
 from wrappers.policy import Policy, SamplingParams
+from wrappers.retry.oracle import OracleReflector
 
 #: Tasks per collect call: the progress bar moves after each, and a batch's rounds stay a modest size.
 CHUNK = 16

@@ -7,7 +7,7 @@ job, each importing only those above it in this list:
   ``MODES`` (budgets: ``quick``, ``cpu``, ``fair``, ``gpu``; ``fair`` reruns the sums under the rules every
   algorithm shares, its page opening with :mod:`~learning_study.fair`'s Holm-corrected table) and
   :func:`~learning_study.grid.build_grid`, which turns a
-  mode into its cells (``methods × envs × seeds``), each a :class:`r3l_learn.train.TrainConfig` in its own run
+  mode into its cells (``methods × envs × seeds``), each a :class:`r3l_learn.loop.train.TrainConfig` in its own run
   directory. Every method samples ``group_size`` trajectories for each of ``tasks_per_step`` tasks per step for
   the same number of steps (R³L tops its groups up with extra bases, ``fill=True``), so the sampled trajectories
   are equal; the generated tokens are not (retries restart at the pivot) and are recorded per run.

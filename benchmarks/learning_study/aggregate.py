@@ -148,7 +148,7 @@ def carried_over(runs: Sequence[Run], saved: dict[str, Any] | None) -> dict[str,
         return {}
     configs, machine = saved.get("configs", {}), saved.get("machine", {}).get("cpu_kind")
     summaries = {summary_name(s): s for s in saved.get("runs", [])}
-    from r3l_learn.train import TrainConfig
+    from r3l_learn.loop.train import TrainConfig
 
     defaults, out = TrainConfig().to_dict(), {}
     for run in runs:

@@ -71,7 +71,7 @@ def run_cell(run_dir: Path) -> int:
     """Run one cell in this process: set up, train (or resume), write ``result.json``; 130 if interrupted."""
     import torch
 
-    from r3l_learn.train import TrainConfig, train
+    from r3l_learn.loop.train import TrainConfig, train
 
     spec = json.loads((run_dir / "spec.json").read_text())
     torch.set_num_threads(int(spec.get("threads") or 1))

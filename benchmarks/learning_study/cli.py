@@ -29,7 +29,7 @@ from typing import Any
 
 import _report
 
-from r3l_learn.device import cpu_kind
+from r3l_learn.policies.device import cpu_kind
 
 from . import BENCHMARKS, ROOT
 from .child import register_setup

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from r3l_learn.backends import resolve_rollout_backend
-from r3l_learn.device import resolve_autocast
+from r3l_learn.policies.backends import resolve_rollout_backend
+from r3l_learn.policies.device import resolve_autocast
 
 # bf16 autocast only where this CPU computes bf16 natively (~2.9x faster there, ~57x slower where emulated); the
 # choice is fixed here, so a rerun on the same machine resumes its runs, and the page names the CPU kind.
@@ -165,7 +165,8 @@ METHODS: dict[str, Method] = {
     "r3l-no-amplification": Method("R³L − amplification", "r3l", ("no_amplification",), role="ablation"),
     "r3l-no-pivot-credit": Method("R³L − pivotal credit", "r3l", ("no_pivot_credit",), role="ablation"),
     "r3l-retry-from-scratch": Method("R³L, retry from scratch", "r3l", ("retry_from_scratch",), role="ablation"),
-    # What the auxiliary SFT term trains and how it is weighed (r3l_learn.update). With the oracle reflector R³L
+    # What the auxiliary SFT term trains and how it is weighed (r3l_learn.algorithms.update). With the oracle reflector
+    # R³L
     # trains the guided retries only; "r3l-reflection-sft" also trains the oracle's diagnoses as reflection samples
     # (a skill an oracle-reflected run never uses; the study's default before aux_reflection existed);
     # "r3l-aux-own-mean" does that and weighs the aux rows as λ times their own token mean (3-4x the reference

@@ -23,7 +23,7 @@ CARRY_FREE = MEMORY_ONLY | MACHINE_RESOLVED | {"out_dir", "progress", "checkpoin
 
 def metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The records of the run's ``metrics.jsonl`` (none before it exists)."""
-    from r3l_learn.metrics import read_metrics
+    from r3l_learn.loop.metrics import read_metrics
 
     path = run_dir / "metrics.jsonl"
     return read_metrics(path) if path.is_file() else []
@@ -40,7 +40,7 @@ def finished(run: Run) -> bool:
 def state(run: Run) -> str:
     """``done``, ``resume`` (checkpoints, no final eval), ``fresh`` (nothing usable) or ``stale`` (the run
     directory holds a run of another configuration)."""
-    from r3l_learn.train import RESUMABLE_CHANGES  # what a run may change and still resume
+    from r3l_learn.loop.train import RESUMABLE_CHANGES  # what a run may change and still resume
 
     saved = run.run_dir / "config.json"
     free = RESUMABLE_CHANGES | MEMORY_ONLY | {"out_dir"}  # a run moved to its cell's directory is still that run
@@ -48,14 +48,14 @@ def state(run: Run) -> str:
         return "stale"
     if finished(run):
         return "done"
-    from r3l_learn.checkpoints import latest_checkpoint
+    from r3l_learn.loop.checkpoints import latest_checkpoint
 
     return "resume" if latest_checkpoint(run.run_dir / "checkpoints") else "fresh"
 
 
 def same_run(config: dict[str, Any], saved: dict[str, Any], free: frozenset[str]) -> bool:
     """Whether the TrainConfig fields ``config`` make the run whose saved config is ``saved``, but for ``free``."""
-    from r3l_learn.train import config_from_dict
+    from r3l_learn.loop.train import config_from_dict
 
     return not config_from_dict(config).changed_from(saved, free)
 

@@ -182,7 +182,7 @@ def sweep(
         todo = [dataclasses.replace(r, config={**r.config, **overrides}) for r in todo]
     for setup in {r.setup for r in todo if r.setup}:
         register_setup(setup)
-    from r3l_learn.train import TrainConfig
+    from r3l_learn.loop.train import TrainConfig
 
     for r in todo:
         TrainConfig(**r.config)  # every cell's config is valid before anything runs

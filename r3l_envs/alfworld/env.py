@@ -54,7 +54,7 @@ class ALFWorldEnv(TextEnv):
         render_mode: ``"ansi"``, ``"human"`` or ``None``.
 
     ``r3l/ALFWorld-v0`` truncates at 50 steps, ALFWorld's own episode limit; the R³L paper's budget of 25 turns is
-    the ``paper-alfworld`` preset's ``max_turns`` (r3l_learn/presets.py).
+    the ``paper-alfworld`` preset's ``max_turns`` (r3l_learn/loop/presets.py).
     """
 
     restore_kind = "native"

@@ -76,7 +76,7 @@ class ScienceWorldEnv(TextEnv):
         render_mode: ``"ansi"`` or ``"human"``.
 
     ``r3l/ScienceWorld-v0`` truncates at 100 steps, ScienceWorld's own ``envStepLimit`` default; the R³L paper's
-    budget of 30 turns is the ``paper-sciworld`` preset's ``max_turns`` (r3l_learn/presets.py).
+    budget of 30 turns is the ``paper-sciworld`` preset's ``max_turns`` (r3l_learn/loop/presets.py).
     """
 
     restore_kind = "replay"

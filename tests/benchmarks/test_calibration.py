@@ -53,7 +53,7 @@ def _replay_wins(actions, max_turns=3):
 
 @pytest.fixture(scope="module")
 def by_plan(tmp_path_factory):
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     results = tmp_path_factory.mktemp("calibration")
     policy = ScriptedPolicy(presser)

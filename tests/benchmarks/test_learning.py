@@ -89,7 +89,7 @@ def test_method_envs_restricts_cells_and_the_page_says_so(tmp_path):
 def test_only_memory_settings_may_be_overridden_and_they_keep_a_run_current(tmp_path):
     with pytest.raises(ValueError, match="micro_batch_size"):
         scheduler.sweep(MODE, out_root=tmp_path, envs=ENVS, overrides={"lr": 1.0})
-    from r3l_learn.train import config_from_dict
+    from r3l_learn.loop.train import config_from_dict
 
     run = grid.build_grid(MODE, tmp_path, envs=ENVS)[0]
     run.run_dir.mkdir(parents=True)
@@ -104,7 +104,7 @@ def test_only_memory_settings_may_be_overridden_and_they_keep_a_run_current(tmp_
 
 
 def test_every_mode_builds_valid_configs(tmp_path):
-    from r3l_learn.train import TrainConfig
+    from r3l_learn.loop.train import TrainConfig
 
     for mode in grid.MODES.values():
         runs = grid.build_grid(mode, tmp_path)
@@ -219,8 +219,8 @@ def test_the_demo_is_the_first_half_of_the_studys_r3l_run():
     """`make demo` claims to show what the study measured after 4 steps: its preset must keep the study's setting
     in every field that changes what is trained or evaluated (and its held-out episodes, the first
     ``eval_episodes`` of the study's, drawn from the same seed)."""
-    from r3l_learn.presets import PRESETS
-    from r3l_learn.train import TrainConfig
+    from r3l_learn.loop.presets import PRESETS
+    from r3l_learn.loop.train import TrainConfig
 
     demo, mode = TrainConfig(**PRESETS["cpu-demo"]), grid.MODES["cpu"]
     method = grid.METHODS["r3l-aux-own-mean"]

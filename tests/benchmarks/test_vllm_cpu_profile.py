@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 pytest.importorskip("torch")
 import vllm_cpu_profile
 
-from r3l_learn.hf_policy import HFPolicy
-from r3l_learn.models import tiny_model
+from r3l_learn.policies.hf import HFPolicy
+from r3l_learn.policies.models import tiny_model
 
 
 def test_a_groups_time_splits_into_outside_prefill_and_decode():

@@ -9,8 +9,8 @@ import pytest
 def tiny_policy():
     """A randomly initialised 2-layer Llama over the byte-level tiny tokenizer (fp32, CPU)."""
     pytest.importorskip("torch")
-    from r3l_learn.hf_policy import HFPolicy
-    from r3l_learn.models import tiny_model
+    from r3l_learn.policies.hf import HFPolicy
+    from r3l_learn.policies.models import tiny_model
 
     model, tokenizer = tiny_model(seed=0)
     return HFPolicy(model, tokenizer, name="tiny")

@@ -5,7 +5,7 @@ import statistics
 import pytest
 import torch
 
-from r3l_learn.advantages import ADVANTAGES, get_advantage, register_advantage
+from r3l_learn.algorithms.advantages import ADVANTAGES, get_advantage, register_advantage
 
 
 def _t(values):

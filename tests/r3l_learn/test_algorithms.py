@@ -7,15 +7,15 @@ import json
 import pytest
 import torch
 
-from r3l_learn.advantages import ADVANTAGES, mean_baseline_advantage, r3l_advantage, register_advantage
-from r3l_learn.algorithms import ALGORITHMS, Algorithm, resolve_algorithm
-from r3l_learn.batch import rows_from_groups
-from r3l_learn.logprobs import sequence_logprobs
-from r3l_learn.losses import OBJECTIVES, register_objective, reinforce
-from r3l_learn.models import tiny_model
-from r3l_learn.train import TrainConfig
-from r3l_learn.update import LossConfig, accumulate_gradients
-from wrappers.data import Trajectory, TrajectoryGroup
+from r3l_learn.algorithms.advantages import ADVANTAGES, mean_baseline_advantage, r3l_advantage, register_advantage
+from r3l_learn.algorithms.batch import rows_from_groups
+from r3l_learn.algorithms.catalog import ALGORITHMS, Algorithm, resolve_algorithm
+from r3l_learn.algorithms.logprobs import sequence_logprobs
+from r3l_learn.algorithms.losses import OBJECTIVES, register_objective, reinforce
+from r3l_learn.algorithms.update import LossConfig, accumulate_gradients
+from r3l_learn.loop.train import TrainConfig
+from r3l_learn.policies.models import tiny_model
+from wrappers.data.trajectory import Trajectory, TrajectoryGroup
 
 
 def _group(rewards, task="t", length=8, seed=0):
@@ -159,7 +159,7 @@ def test_a_new_algorithm_updates_through_its_declarations(plugin):
 
 @pytest.mark.slow
 def test_a_new_algorithm_trains_through_the_loop_with_no_other_edit(tmp_path, plugin):
-    from r3l_learn.train import train
+    from r3l_learn.loop.train import train
 
     _, calls = plugin
     with pytest.raises(ValueError, match=r"no hyperparameter 'scael'.*'scale': 2.0"):
@@ -191,8 +191,8 @@ def test_a_new_algorithm_trains_through_the_loop_with_no_other_edit(tmp_path, pl
 
 
 def test_grpo_eps_is_a_flag_and_eps_zero_trains_on_an_equal_rewards_group():
-    from r3l_learn.cli import build_parser
-    from r3l_learn.train_cli import config_from_args
+    from r3l_learn.cli.main import build_parser
+    from r3l_learn.cli.train_args import config_from_args
 
     args = build_parser().parse_args(["train", "--algo", "grpo", "--eps", "0", "--hyper", "clip=0.3"])
     config = config_from_args(args)
@@ -221,7 +221,7 @@ def test_reflect_retry_rules_follow_the_row_not_the_name(monkeypatch):
 
 
 def test_a_saved_r3l_config_without_aux_mean_ran_with_the_aux_term_in_its_own_mean():
-    from r3l_learn.config import TrainConfig
+    from r3l_learn.loop.config import TrainConfig
 
     saved = TrainConfig(algo="r3l", aux_mean="separate").to_dict()
     del saved["aux_mean"]  # written before the field existed
@@ -233,7 +233,7 @@ def test_a_saved_r3l_config_without_aux_mean_ran_with_the_aux_term_in_its_own_me
 
 
 def test_which_reflection_samples_train_depends_on_who_reflects():
-    from r3l_learn.config import TrainConfig
+    from r3l_learn.loop.config import TrainConfig
 
     def trains(aux_reflection, reflector):
         return TrainConfig(algo="r3l", aux_reflection=aux_reflection, reflector=reflector).trains_reflection

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from r3l_learn import backends
-from r3l_learn.backends import RunShape, choose_backend, resolve_rollout_backend, run_shape
-from r3l_learn.config import TrainConfig
-from r3l_learn.device import cpu_kind
+from r3l_learn.loop.config import TrainConfig
+from r3l_learn.policies import backends
+from r3l_learn.policies.backends import RunShape, choose_backend, resolve_rollout_backend, run_shape
+from r3l_learn.policies.device import cpu_kind
 
 CPU = "native bf16 (avx512_bf16)"
 # per trajectory at batch 8: free text 2 s on HF, 0.5 on vLLM (4x); constrained 5 s vs 3.75 (1.33x)
@@ -114,7 +114,7 @@ def test_auto_resolves_to_hf_without_vllm_and_to_the_measured_pick_with_it(tmp_p
     path.write_text(json.dumps({**MEASURED, "cpu": cpu_kind()}))
     fields = TrainConfig(rollout_backend="auto", steps=8, tasks_per_step=2, group_size=4).to_dict()
     monkeypatch.setattr(backends, "vllm_importable", lambda: False)
-    with caplog.at_level(logging.INFO, logger="r3l_learn.backends"):
+    with caplog.at_level(logging.INFO, logger="r3l_learn.policies.backends"):
         assert resolve_rollout_backend(fields, path) == "hf"
         assert resolve_rollout_backend(fields, path) == "hf"
     assert sum("auto -> hf: vllm is not installed" in r.getMessage() for r in caplog.records) == 1  # logged once
@@ -126,7 +126,7 @@ def test_auto_resolves_to_hf_without_vllm_and_to_the_measured_pick_with_it(tmp_p
 
 
 def test_the_rollout_player_of_an_auto_run_without_vllm_is_the_trained_policy(tiny_policy, monkeypatch):
-    from r3l_learn.train_setup import rollout_policy
+    from r3l_learn.loop.setup import rollout_policy
 
     monkeypatch.setattr(backends, "vllm_importable", lambda: False)
     assert rollout_policy(TrainConfig(rollout_backend="auto"), tiny_policy) is tiny_policy

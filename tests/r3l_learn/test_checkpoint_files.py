@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from r3l_learn.checkpoints import ResumeError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from r3l_learn.loop.checkpoints import ResumeError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 
 
 class _RunsCode:

@@ -14,16 +14,16 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from r3l_learn.algorithms import ABLATIONS, ALGORITHMS
-from r3l_learn.cli import build_parser, main
-from r3l_learn.train import TrainConfig
-from r3l_learn.train_cli import config_from_args
+from r3l_learn.algorithms.catalog import ABLATIONS, ALGORITHMS
+from r3l_learn.cli.main import build_parser, main
+from r3l_learn.cli.train_args import config_from_args
+from r3l_learn.loop.train import TrainConfig
 
 TESTS = Path(__file__).resolve().parents[1]
 # runs the CLI in a child process with the test corridor registered
 SCRIPT = (
     f"import sys; sys.path.append({str(TESTS)!r}); import corridor; corridor.register(); "
-    "from r3l_learn.cli import main; sys.exit(main(sys.argv[1:]))"
+    "from r3l_learn.cli.main import main; sys.exit(main(sys.argv[1:]))"
 )
 
 
@@ -40,7 +40,7 @@ def test_train_help_shows_every_default_and_the_choices_of_every_closed_field():
         assert flag in text, flag
     assert text.count("(default: ") >= len(dataclasses.fields(TrainConfig))
     closed = [sorted(ALGORITHMS), sorted(ABLATIONS), ["free", "constrained", "direct"], ["k1", "k2", "k3"]]
-    for choices in [*closed, ["token_mean", "seq_mean"]]:
+    for choices in [*closed, ["token_mean", "seq_mean", "token_sum"]]:
         assert "{" + ",".join(choices) + "}" in text, choices
     for flag, choices in (("--dtype", "{float32,bfloat16,auto}"), ("--rollout-backend", "{hf,vllm,auto}")):
         assert f"{flag} {choices}" in text
@@ -104,7 +104,7 @@ def test_eval_takes_env_kwargs_both_ways_and_an_out_dir(tmp_path):
     assert (tmp_path / "r3l-eval-Corridor-v0-test.jsonl").is_file()
     assert main([*argv, "--out", str(tmp_path / "b.jsonl"), "length=3"]) == 0
     with pytest.raises(ValueError, match="backend must be one of"):
-        from r3l_learn.evaluate import load_policy
+        from r3l_learn.loop.evaluate import load_policy
 
         load_policy("tiny-random", backend="onnx")
 
@@ -182,7 +182,7 @@ def test_readme_opens_with_its_title_then_the_two_commands_and_cites_docs_that_s
 
 
 def test_make_demo_keeps_one_checkpoint_while_it_runs_and_none_after():
-    from r3l_learn.presets import PRESETS
+    from r3l_learn.loop.presets import PRESETS
 
     demo = PRESETS["cpu-demo"]
     assert demo["checkpoint_every"] == 0 and demo["keep_checkpoints"] == 1
@@ -195,11 +195,11 @@ def test_no_import_circle_between_the_cli_modules():
     """cli imports train_cli (lazily); train_cli and cli_args never import cli back, not even inside a function."""
     import ast
 
-    import r3l_learn.cli_args
-    import r3l_learn.train_cli
+    import r3l_learn.cli.args
+    import r3l_learn.cli.train_args
 
-    for module in (r3l_learn.train_cli, r3l_learn.cli_args):
+    for module in (r3l_learn.cli.train_args, r3l_learn.cli.args):
         tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        assert "r3l_learn.cli" not in imported, module.__name__
+        assert "r3l_learn.cli.main" not in imported, module.__name__

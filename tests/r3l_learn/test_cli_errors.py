@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("transformers")
 
 import r3l_envs
-from r3l_learn.cli import main
+from r3l_learn.cli.main import main
 
 
 def _one_error_line(err: str, command: str) -> str:
@@ -68,7 +68,7 @@ def test_a_resume_error_exits_1_with_one_line_from_the_installed_command(tmp_pat
     argv = ["train", "--resume", "--out-dir", str(tmp_path / "run"), "--model", "tiny-random", "--no-progress"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "r3l_learn.cli", *argv], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-m", "r3l_learn.cli.main", *argv], capture_output=True, text=True, env=env, timeout=300
     )
     assert done.returncode == 1, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("r3l train: error: ")]

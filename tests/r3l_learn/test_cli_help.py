@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from r3l_learn.cli import build_parser, main
-from r3l_learn.train import TrainConfig
-from r3l_learn.train_cli import config_from_args
+from r3l_learn.cli.main import build_parser, main
+from r3l_learn.cli.train_args import config_from_args
+from r3l_learn.loop.train import TrainConfig
 
 COMMANDS = ("tour", "envs", "check", "train", "eval", "warmup", "show")
 # an entry of the options list: two spaces, the flag's spellings, then its help after two spaces or on the next line

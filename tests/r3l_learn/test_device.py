@@ -1,11 +1,12 @@
-"""bf16 only where the CPU computes it: every "auto" precision goes through r3l_learn.device, decided by the CPU
+"""bf16 only where the CPU computes it: every "auto" precision goes through r3l_learn.policies.device, decided by the
+CPU
 flags, on both CPU kinds (the flag reader faked with each kind's real /proc/cpuinfo flags)."""
 
 import logging
 
 import pytest
 
-import r3l_learn.device as device
+import r3l_learn.policies.device as device
 
 # Flag lines as real CPUs of each kind report them (trimmed): an AVX2-only Zen 2, a Sapphire Rapids with AMX.
 AVX2_ONLY = "fpu vme sse sse2 ssse3 fma sse4_1 sse4_2 avx f16c avx2 bmi2"
@@ -35,7 +36,7 @@ def test_cpu_flags_reads_x86_and_arm_cpuinfo(tmp_path):
 def test_native_dtype_and_every_auto_choice_follow_the_cpu(cpu, caplog):
     kind, native = cpu
     assert device.native_dtype("cpu") == native
-    with caplog.at_level(logging.INFO, logger="r3l_learn.device"):
+    with caplog.at_level(logging.INFO, logger="r3l_learn.policies.device"):
         assert device.resolve_dtype("auto", "cpu") == native
         assert device.resolve_autocast("auto", "cpu") == ("bf16" if native == "bfloat16" else "off")
     logged = caplog.text
@@ -56,15 +57,15 @@ def test_cpu_kind_names_the_deciding_flags(cpu):
 
 def test_hf_policy_auto_dtype_uses_the_same_choice(cpu):
     pytest.importorskip("torch")
-    from r3l_learn.hf_policy import auto_dtype
+    from r3l_learn.policies.hf import auto_dtype
 
     assert auto_dtype("cpu") == cpu[1]
 
 
 def test_train_autocast_defaults_to_auto_and_resolves_by_cpu(cpu, tmp_path):
     pytest.importorskip("torch")
-    from r3l_learn.presets import PRESETS
-    from r3l_learn.train import TrainConfig
+    from r3l_learn.loop.presets import PRESETS
+    from r3l_learn.loop.train import TrainConfig
 
     assert TrainConfig.autocast == "auto"
     assert all(p.get("autocast", "auto") == "auto" for p in PRESETS.values())  # no preset forces bf16

@@ -7,12 +7,12 @@ task whose number is a multiple of 3 starts at cell 0 or 1, so its groups never 
 import pytest
 import torch
 
-from r3l_learn.algorithms import resolve_algorithm
-from r3l_learn.batch import rows_from_groups
-from r3l_learn.collect import PlainGroups, groups_with_contrast
-from r3l_learn.scripted import ScriptedPolicy
-from r3l_learn.train_setup import TaskStream
-from r3l_learn.update import LossConfig, signal_rows
+from r3l_learn.algorithms.batch import rows_from_groups
+from r3l_learn.algorithms.catalog import resolve_algorithm
+from r3l_learn.algorithms.update import LossConfig, signal_rows
+from r3l_learn.loop.groups import PlainGroups, groups_with_contrast
+from r3l_learn.loop.setup import TaskStream
+from r3l_learn.policies.scripted import ScriptedPolicy
 from wrappers import RolloutConfig, SamplingParams
 
 GROUP_SIZE = 4
@@ -80,7 +80,7 @@ def test_the_cap_on_rounds_is_respected_when_no_group_has_contrast(max_rounds):
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="max_rounds"):
         groups_with_contrast(None, lambda k: [], 2, seed=0, with_contrast=_grpo_contrast, max_rounds=0)
-    from r3l_learn.train import TrainConfig
+    from r3l_learn.loop.train import TrainConfig
 
     with pytest.raises(ValueError, match="dynamic_sampling_max_rounds must be >= 1"):
         TrainConfig(dynamic_sampling=True, dynamic_sampling_max_rounds=0)
@@ -90,11 +90,11 @@ def test_bad_arguments_are_refused():
 def test_a_dynamic_sampling_run_logs_its_cost_and_resumes_exactly(tmp_path):
     """Through ``r3l train --dynamic-sampling``'s config: each step logs what the resampling cost, the checkpoint's
     cursor counts the extra tasks, and a run resumed after step 1 ends with the weights of a straight run."""
-    from r3l_learn.checkpoints import latest_checkpoint, load_checkpoint
-    from r3l_learn.cli import build_parser
-    from r3l_learn.metrics import read_metrics
-    from r3l_learn.train import train
-    from r3l_learn.train_cli import config_from_args
+    from r3l_learn.cli.main import build_parser
+    from r3l_learn.cli.train_args import config_from_args
+    from r3l_learn.loop.checkpoints import latest_checkpoint, load_checkpoint
+    from r3l_learn.loop.metrics import read_metrics
+    from r3l_learn.loop.train import train
 
     def config(out, steps):
         argv = ["train", "--env", "r3ltest/Corridor-v0", "--env-kwargs", "length=3", "--model", "tiny-random"]

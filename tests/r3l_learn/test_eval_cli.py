@@ -6,7 +6,7 @@ from wrappers import load_jsonl
 
 pytest.importorskip("torch")
 
-from r3l_learn.cli import main
+from r3l_learn.cli.main import main
 
 
 def test_eval_cli_writes_trajectories(tmp_path, capsys):
@@ -24,8 +24,8 @@ def test_eval_cli_writes_trajectories(tmp_path, capsys):
 
 
 def test_evaluate_summary_matches_trajectories():
-    from r3l_learn.evaluate import evaluate
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.loop.evaluate import evaluate
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     policy = ScriptedPolicy(["<action>right</action>", "nonsense"])
     summary, trajs = evaluate("r3ltest/Corridor-v0", policy, episodes=4, batch_size=3, split="train", progress=False)

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from r3l_learn.evaluate import evaluate
-from r3l_learn.scripted import ScriptedPolicy
+from r3l_learn.loop.evaluate import evaluate
+from r3l_learn.policies.scripted import ScriptedPolicy
 
 
 class Terminal(io.StringIO):

@@ -12,8 +12,8 @@ from wrappers import RolloutConfig, load_jsonl, rollout_batch
 
 pytest.importorskip("transformers")
 
-from r3l_learn.evaluate import EvaluationInterrupted, evaluate
-from r3l_learn.scripted import ScriptedPolicy
+from r3l_learn.loop.evaluate import EvaluationInterrupted, evaluate
+from r3l_learn.policies.scripted import ScriptedPolicy
 
 
 class CountdownSolver:

@@ -5,13 +5,13 @@ training step, on real TextWorld games."""
 import pytest
 import torch
 
-from r3l_learn.checkpoints import latest_checkpoint, load_checkpoint
-from r3l_learn.cli import build_parser
-from r3l_learn.collect import PlainGroups, make_group_builder
-from r3l_learn.train import TrainConfig, train
-from r3l_learn.train_cli import config_from_args
+from r3l_learn.cli.main import build_parser
+from r3l_learn.cli.train_args import config_from_args
+from r3l_learn.loop.checkpoints import latest_checkpoint, load_checkpoint
+from r3l_learn.loop.groups import PlainGroups, make_group_builder
+from r3l_learn.loop.train import TrainConfig, train
 from wrappers import RolloutConfig, SamplingParams
-from wrappers.expert import EXPERT_KIND, NoExpertPlanError
+from wrappers.retry.expert import EXPERT_KIND, NoExpertPlanError
 
 TW = "r3l/TextWorld-v0"
 TW_KWARGS = {"game_type": "coin_collector", "difficulty": 1, "max_tasks": 2}

@@ -6,12 +6,12 @@ import dataclasses
 import pytest
 import torch
 
-from r3l_learn.algorithms import ALGORITHMS, resolve_algorithm
-from r3l_learn.batch import rows_from_groups
-from r3l_learn.losses import AGGREGATIONS, aggregate
-from r3l_learn.models import tiny_model
-from r3l_learn.update import LossConfig, accumulate_gradients
-from wrappers.data import Trajectory, TrajectoryGroup
+from r3l_learn.algorithms.batch import rows_from_groups
+from r3l_learn.algorithms.catalog import ALGORITHMS, resolve_algorithm
+from r3l_learn.algorithms.losses import AGGREGATIONS, aggregate
+from r3l_learn.algorithms.update import LossConfig, accumulate_gradients
+from r3l_learn.policies.models import tiny_model
+from wrappers.data.trajectory import Trajectory, TrajectoryGroup
 
 
 def _groups():

@@ -76,8 +76,8 @@ def test_stop_strings_and_length(tiny_policy):
 
 
 def test_bf16_policy_generates_and_scores():
-    from r3l_learn.hf_policy import HFPolicy
-    from r3l_learn.models import tiny_model
+    from r3l_learn.policies.hf import HFPolicy
+    from r3l_learn.policies.models import tiny_model
 
     model, tok = tiny_model(seed=1)
     policy = HFPolicy(model.to(torch.bfloat16), tok)
@@ -90,8 +90,8 @@ def test_bf16_policy_generates_and_scores():
 
 def test_bf16_autocast_over_fp32_weights():
     """``autocast`` computes in bf16 (results move by bf16 rounding, not more) and leaves the fp32 weights alone."""
-    from r3l_learn.hf_policy import HFPolicy
-    from r3l_learn.models import tiny_model
+    from r3l_learn.policies.hf import HFPolicy
+    from r3l_learn.policies.models import tiny_model
 
     model, tok = tiny_model(seed=1)
     policy = HFPolicy(model, tok)

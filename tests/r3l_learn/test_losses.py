@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from r3l_learn.losses import aggregate, get_objective, kl_penalty
+from r3l_learn.algorithms.losses import aggregate, get_objective, kl_penalty
 
 LOGP = torch.tensor([[-1.0, -2.0, -0.5], [-0.1, -3.0, -1.0]])
 MASK = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0]])
@@ -56,7 +56,7 @@ def test_kl_estimators():
 
 
 def test_k3_is_capped_where_the_policy_made_a_token_far_less_likely():
-    from r3l_learn.losses import K3_MAX
+    from r3l_learn.algorithms.losses import K3_MAX
 
     ref = torch.tensor([-18.0, -18.0, -1.0])
     logp = torch.tensor([-40.0, -18.5, -1.0], requires_grad=True)  # d = -22 (e^22 ≈ 3.6e9 uncapped), -0.5, 0
@@ -67,7 +67,7 @@ def test_k3_is_capped_where_the_policy_made_a_token_far_less_likely():
 
 
 def test_objectives_declare_their_properties_and_hyperparameters():
-    from r3l_learn.losses import OBJECTIVES
+    from r3l_learn.algorithms.losses import OBJECTIVES
 
     ppo, reinforce, sft = (OBJECTIVES.spec(n) for n in ("ppo_clip", "reinforce", "sft"))
     assert ppo.hyper == {"clip": 0.2} and reinforce.hyper == {} and sft.hyper == {}
@@ -78,7 +78,7 @@ def test_objectives_declare_their_properties_and_hyperparameters():
 
 
 def test_a_declared_property_must_match_the_signature():
-    from r3l_learn.losses import OBJECTIVES, register_objective
+    from r3l_learn.algorithms.losses import OBJECTIVES, register_objective
 
     with pytest.raises(ValueError, match="no 'ref_logprobs' argument"):
         register_objective("test_ref", needs_reference=True)(
@@ -95,7 +95,7 @@ def test_ppo_clip_rejects_a_negative_clip():
 
 
 def test_a_function_set_over_an_entry_for_a_while_leaves_its_declarations_intact(monkeypatch):
-    from r3l_learn.losses import OBJECTIVES
+    from r3l_learn.algorithms.losses import OBJECTIVES
 
     with monkeypatch.context() as patch:
         patch.setitem(OBJECTIVES, "ppo_clip", lambda logprobs, *, advantages, behavior_logprobs: logprobs)

@@ -6,14 +6,14 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from r3l_learn.algorithms import ALGORITHMS
-from r3l_learn.batch import cut_replies, rows_from_groups
-from r3l_learn.config import TrainConfig
-from r3l_learn.models import tiny_model
-from r3l_learn.scripted import ScriptedPolicy
-from r3l_learn.update import LossConfig, accumulate_gradients
+from r3l_learn.algorithms.batch import cut_replies, rows_from_groups
+from r3l_learn.algorithms.catalog import ALGORITHMS
+from r3l_learn.algorithms.update import LossConfig, accumulate_gradients
+from r3l_learn.loop.config import TrainConfig
+from r3l_learn.policies.models import tiny_model
+from r3l_learn.policies.scripted import ScriptedPolicy
 from wrappers import RolloutConfig, SamplingParams, rollout_batch
-from wrappers.data import Sample, TrajectoryGroup
+from wrappers.data.trajectory import Sample, TrajectoryGroup
 
 CAP = 48  # new tokens per reply; the tiny tokenizer is byte-level: one token per character
 

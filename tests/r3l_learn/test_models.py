@@ -8,8 +8,8 @@ from wrappers import RolloutConfig, SamplingParams, rollout_batch
 torch = pytest.importorskip("torch")
 
 from r3l_learn.errors import ModelNotFoundError  # noqa: E402
-from r3l_learn.hf_policy import HFPolicy  # noqa: E402
-from r3l_learn.models import DEFAULT_MODEL, resolve_model, tiny_model, tiny_tokenizer  # noqa: E402
+from r3l_learn.policies.hf import HFPolicy  # noqa: E402
+from r3l_learn.policies.models import DEFAULT_MODEL, resolve_model, tiny_model, tiny_tokenizer  # noqa: E402
 
 
 def test_tiny_tokenizer_matches_smollm2_special_ids():

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible reflector and policy against a real server process (``r3l_learn.openai_server`` over the
+"""The OpenAI-compatible reflector and policy against a real server process (``r3l_learn.bridges.openai_server`` over
+the
 tiny HF model and a scripted reflector, started on loopback), never a mock."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import urllib.request
 import pytest
 
 from wrappers import RolloutConfig, SamplingParams, rollout
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig
 
 pytest.importorskip("openai")
 pytest.importorskip("transformers")
@@ -36,10 +37,10 @@ REFLECTION = json.dumps(
 # replies are a valid diagnosis, so retries happen), and one with a 300-token context as "short".
 SERVER = f"""
 import sys
-from r3l_learn.hf_policy import HFPolicy
-from r3l_learn.models import tiny_model
-from r3l_learn.openai_server import make_server
-from r3l_learn.scripted import ScriptedPolicy
+from r3l_learn.policies.hf import HFPolicy
+from r3l_learn.policies.models import tiny_model
+from r3l_learn.bridges.openai_server import make_server
+from r3l_learn.policies.scripted import ScriptedPolicy
 
 model, tokenizer = tiny_model(seed=0)
 models = {{
@@ -98,13 +99,13 @@ def api_key(monkeypatch):
 
 def corridor_player():
     """Walks left, unless a reflection's guidance is in the context: then right."""
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     return ScriptedPolicy(lambda prompt: "<action>right</action>" if SUGGESTION in prompt else "<action>left</action>")
 
 
 def test_openai_reflector_drives_reflect_retry_collect(server):
-    from r3l_learn.openai_policy import OpenAIReflector
+    from r3l_learn.policies.openai import OpenAIReflector
 
     reflector = OpenAIReflector("reflector", base_url=server)
     config = ReflectRetryConfig(group_size=4, rollout=RolloutConfig(max_turns=10), fill=False)
@@ -126,7 +127,7 @@ def test_openai_reflector_drives_reflect_retry_collect(server):
 
 def test_openai_reflector_records_what_a_weak_model_replies(server):
     """The tiny random model answers noise: the collect goes on, each failure is counted by its reason."""
-    from r3l_learn.openai_policy import OpenAIReflector
+    from r3l_learn.policies.openai import OpenAIReflector
 
     reflector = OpenAIReflector("tiny", base_url=server, sampling=SamplingParams(max_new_tokens=24, seed=0))
     config = ReflectRetryConfig(group_size=2, rollout=RolloutConfig(max_turns=2))
@@ -139,7 +140,7 @@ def test_openai_reflector_records_what_a_weak_model_replies(server):
 
 
 def test_reflector_shortens_a_prompt_the_server_rejects(server):
-    from r3l_learn.openai_policy import OpenAIReflector
+    from r3l_learn.policies.openai import OpenAIReflector
 
     rr = ReflectRetry(
         "r3ltest/Corridor-v0",
@@ -155,9 +156,9 @@ def test_reflector_shortens_a_prompt_the_server_rejects(server):
 def test_policy_samples_exactly_what_the_served_model_samples(server):
     """With the sampled ids returned (vLLM's extension), a completion through the server is token- and
     log-prob-identical to the same model sampled in this process."""
-    from r3l_learn.hf_policy import HFPolicy
-    from r3l_learn.models import tiny_model
-    from r3l_learn.openai_policy import OpenAIPolicy
+    from r3l_learn.policies.hf import HFPolicy
+    from r3l_learn.policies.models import tiny_model
+    from r3l_learn.policies.openai import OpenAIPolicy
 
     model, tokenizer = tiny_model(seed=0)
     local = HFPolicy(model, tokenizer)
@@ -177,8 +178,8 @@ def test_a_server_whose_template_renders_other_tokens_gives_no_logprobs(server, 
     """The server returns the prompt's token ids (vLLM's return_token_ids): a client whose tokenizer's template
     renders the same messages to other tokens than the server's gets the sampled ids but NaN log-probs (they
     belong to another context), and a warning."""
-    from r3l_learn.models import tiny_tokenizer
-    from r3l_learn.openai_policy import OpenAIPolicy
+    from r3l_learn.policies.models import tiny_tokenizer
+    from r3l_learn.policies.openai import OpenAIPolicy
 
     same = OpenAIPolicy("tiny", tiny_tokenizer(), base_url=server, vllm_extensions=True, max_context=4096)
     other_tokenizer = tiny_tokenizer()  # ChatML with a blank line after each message: invertible, but not the server's
@@ -200,9 +201,9 @@ def test_a_server_whose_template_renders_other_tokens_gives_no_logprobs(server, 
 
 
 def test_policy_plays_episodes_for_evaluation(server):
-    from r3l_learn.evaluate import evaluate
-    from r3l_learn.models import tiny_tokenizer
-    from r3l_learn.openai_policy import OpenAIPolicy
+    from r3l_learn.loop.evaluate import evaluate
+    from r3l_learn.policies.models import tiny_tokenizer
+    from r3l_learn.policies.openai import OpenAIPolicy
 
     exact = OpenAIPolicy("tiny", tiny_tokenizer(), base_url=server, vllm_extensions=True, max_context=4096)
     config = RolloutConfig(max_turns=3, sampling=SamplingParams(max_new_tokens=8))
@@ -223,8 +224,8 @@ def test_policy_plays_episodes_for_evaluation(server):
 
 
 def test_constrained_actions_are_a_clear_error(server):
-    from r3l_learn.models import tiny_tokenizer
-    from r3l_learn.openai_policy import OpenAIPolicy, UnsupportedByServer
+    from r3l_learn.policies.models import tiny_tokenizer
+    from r3l_learn.policies.openai import OpenAIPolicy, UnsupportedByServer
 
     policy = OpenAIPolicy("tiny", tiny_tokenizer(), base_url=server)
     with pytest.raises(UnsupportedByServer, match="constrained=False"):
@@ -232,8 +233,8 @@ def test_constrained_actions_are_a_clear_error(server):
 
 
 def test_a_template_that_cannot_be_inverted_is_a_clear_error():
-    from r3l_learn.models import tiny_tokenizer
-    from r3l_learn.openai_policy import OpenAIPolicy, UnsupportedByServer
+    from r3l_learn.policies.models import tiny_tokenizer
+    from r3l_learn.policies.openai import OpenAIPolicy, UnsupportedByServer
 
     tokenizer = tiny_tokenizer()
     tokenizer.chat_template = (
@@ -244,7 +245,7 @@ def test_a_template_that_cannot_be_inverted_is_a_clear_error():
 
 
 def test_api_key_comes_from_the_environment(server, monkeypatch):
-    from r3l_learn.openai_policy import OpenAIReflector, RemoteModelError
+    from r3l_learn.policies.openai import OpenAIReflector, RemoteModelError
 
     monkeypatch.setenv("R3L_OPENAI_API_KEY", "wrong")
     reflector = OpenAIReflector("reflector", base_url=server)
@@ -258,7 +259,7 @@ def test_api_key_comes_from_the_environment(server, monkeypatch):
 
 
 def test_server_answers_bad_requests_with_openai_errors(server):
-    from r3l_learn.openai_policy import OpenAIChat, RemoteModelError
+    from r3l_learn.policies.openai import OpenAIChat, RemoteModelError
 
     chat = OpenAIChat("nope", base_url=server)
     with pytest.raises(RemoteModelError, match="not served here") as info:
@@ -277,7 +278,7 @@ def test_server_answers_bad_requests_with_openai_errors(server):
 def test_a_silent_server_times_out_after_bounded_retries():
     """A listening socket nobody answers: each attempt's connection waits in the accept queue and times out;
     after 1 + max_retries attempts the client raises. The queue then holds exactly those connections."""
-    from r3l_learn.openai_policy import OpenAIChat, RemoteModelError
+    from r3l_learn.policies.openai import OpenAIChat, RemoteModelError
 
     with socket.create_server(("127.0.0.1", 0), backlog=16) as listener:
         url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
@@ -300,9 +301,9 @@ def test_a_silent_server_times_out_after_bounded_retries():
 def test_train_flags_build_an_openai_reflector(server):
     """``r3l train --reflector openai:MODEL --reflector-base-url URL``: the flags come from TrainConfig, and the
     learner's reflector is the OpenAI client on that server."""
-    from r3l_learn.openai_policy import OpenAIReflector
-    from r3l_learn.train_cli import ConfigArgumentParser, add_train_arguments, config_from_args
-    from r3l_learn.train_setup import make_reflector as _reflector
+    from r3l_learn.cli.train_args import ConfigArgumentParser, add_train_arguments, config_from_args
+    from r3l_learn.loop.setup import make_reflector as _reflector
+    from r3l_learn.policies.openai import OpenAIReflector
 
     parser = ConfigArgumentParser()
     add_train_arguments(parser)

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from r3l_learn.logprobs import sequence_logprobs  # noqa: E402
-from r3l_learn.models import tiny_model  # noqa: E402
-from r3l_learn.prefix_tree import build_prefix_tree, tree_tokens  # noqa: E402
+from r3l_learn.algorithms.logprobs import sequence_logprobs  # noqa: E402
+from r3l_learn.algorithms.prefix_tree import build_prefix_tree, tree_tokens  # noqa: E402
+from r3l_learn.policies.models import tiny_model  # noqa: E402
 
 
 def _batch(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:

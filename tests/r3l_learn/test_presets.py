@@ -6,8 +6,8 @@ import gymnasium as gym
 import pytest
 
 import r3l_envs  # noqa: F401  (registers the ids)
-from r3l_learn.presets import PRESETS
-from r3l_learn.train import config_from_dict
+from r3l_learn.loop.presets import PRESETS
+from r3l_learn.loop.train import config_from_dict
 
 PAPER_TURNS = {"paper-alfworld": 25, "paper-webshop": 15, "paper-sciworld": 30}
 
@@ -25,7 +25,7 @@ def test_paper_math_preset_gives_three_attempts_and_512_tokens():
 
 
 def test_the_presets_turn_budget_stops_an_alfworld_episode_before_the_registered_limit():
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
     from wrappers import RolloutConfig, rollout
 
     config = config_from_dict(dict(PRESETS["paper-alfworld"]))

@@ -8,14 +8,14 @@ import sys
 import gymnasium as gym
 import pytest
 
-from r3l_learn.progress import phase, progress_default
+from r3l_learn.loop.progress import phase, progress_default
 
 pytest.importorskip("transformers")
 
-from r3l_learn.evaluate import evaluate
-from r3l_learn.prebuild import reset_task_ids
-from r3l_learn.scripted import ScriptedPolicy
-from r3l_learn.train import TrainConfig, train
+from r3l_learn.loop.evaluate import evaluate
+from r3l_learn.loop.prebuild import reset_task_ids
+from r3l_learn.loop.train import TrainConfig, train
+from r3l_learn.policies.scripted import ScriptedPolicy
 from wrappers import RolloutConfig, SamplingParams
 
 

@@ -6,9 +6,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from r3l_learn.hf_policy import HFPolicy  # noqa: E402
-from r3l_learn.models import tiny_model  # noqa: E402
-from r3l_learn.prompt_cache import PromptCache  # noqa: E402
+from r3l_learn.policies.hf import HFPolicy  # noqa: E402
+from r3l_learn.policies.models import tiny_model  # noqa: E402
+from r3l_learn.policies.prompt_cache import PromptCache  # noqa: E402
 
 
 def _policy(cache_bytes=2 << 30):

@@ -1,4 +1,4 @@
-"""Generation in a Ray actor (r3l_learn/ray_policy.py): the same tokens and log-probs as the local policy, weight
+"""Generation in a Ray actor (r3l_learn/policies/ray.py): the same tokens and log-probs as the local policy, weight
 pushes that reach the actor, and a training run that starts and stops its own Ray."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import torch
 ray = pytest.importorskip("ray", reason='the ray extra is not installed (pip install -e ".[ray]")')
 pytest.importorskip("transformers")
 
-from r3l_learn.evaluate import load_policy  # noqa: E402
-from r3l_learn.ray_policy import RayPolicy  # noqa: E402
+from r3l_learn.loop.evaluate import load_policy  # noqa: E402
+from r3l_learn.policies.ray import RayPolicy  # noqa: E402
 from wrappers import SamplingParams  # noqa: E402
-from wrappers.ray_collector import connect  # noqa: E402
+from wrappers.collectors.ray import connect  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -55,7 +55,7 @@ def test_the_actor_generates_and_scores_like_the_local_policy_and_follows_pushed
 
 @pytest.mark.slow
 def test_training_with_generation_in_a_ray_actor_completes_and_stops_its_ray(tmp_path):
-    from r3l_learn.train import TrainConfig, train
+    from r3l_learn.loop.train import TrainConfig, train
 
     assert not ray.is_initialized()
     config = TrainConfig(

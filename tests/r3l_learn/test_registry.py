@@ -8,16 +8,23 @@ import dataclasses
 import pytest
 import torch
 
-from r3l_learn.algorithms import RESTARTS, Algorithm
-from r3l_learn.backends import ROLLOUT_BACKENDS
-from r3l_learn.config import ACTION_MODES, AUX_REFLECTIONS, TrainConfig, action_flags
-from r3l_learn.losses import AGGREGATIONS, AUX_MEANS, KL_ESTIMATORS, aggregate, kl_penalty, register_kl_estimator
-from r3l_learn.reflectors import REFLECTORS, make_reflector, parse_reflector, reflector_problem
-from r3l_learn.registry import Choices, UnknownChoiceError
-from r3l_learn.update import LossConfig
-from wrappers.oracle import OracleReflector
-from wrappers.reflection import PolicyReflector
-from wrappers.structured_reflection import StructuredReflector
+from r3l_learn.algorithms.catalog import RESTARTS, Algorithm
+from r3l_learn.algorithms.losses import (
+    AGGREGATIONS,
+    AUX_MEANS,
+    KL_ESTIMATORS,
+    aggregate,
+    kl_penalty,
+    register_kl_estimator,
+)
+from r3l_learn.algorithms.registry import Choices, UnknownChoiceError
+from r3l_learn.algorithms.update import LossConfig
+from r3l_learn.loop.config import ACTION_MODES, AUX_REFLECTIONS, TrainConfig, action_flags
+from r3l_learn.policies.backends import ROLLOUT_BACKENDS
+from r3l_learn.policies.reflectors import REFLECTORS, make_reflector, parse_reflector, reflector_problem
+from wrappers.retry.oracle import OracleReflector
+from wrappers.retry.reflection import PolicyReflector
+from wrappers.retry.structured_reflection import StructuredReflector
 
 CHOICES = {
     "actions": ACTION_MODES,
@@ -85,7 +92,7 @@ def test_the_loss_reads_an_aggregations_properties_and_a_new_kl_estimator_is_one
 
 
 def test_a_bare_loss_config_has_no_aux_term_and_an_algorithm_brings_its_lambda():
-    from r3l_learn.algorithms import ALGORITHMS
+    from r3l_learn.algorithms.catalog import ALGORITHMS
 
     assert LossConfig().aux_weight == 0.0
     assert LossConfig.for_algorithm(ALGORITHMS["r3l"]).aux_weight == 3.0  # λ = α, α's default
@@ -145,7 +152,7 @@ def test_choices_rows_declare_only_their_properties():
 def test_the_trl_bridges_modes_and_named_reflectors_are_checked_by_their_registries():
     pytest.importorskip("trl")
     import r3l_envs  # noqa: F401  (registers the env ids)
-    from r3l_learn.trl_bridge import BRIDGE_MODES, EnvRollout
+    from r3l_learn.bridges.trl import BRIDGE_MODES, EnvRollout
 
     assert BRIDGE_MODES["reflect_retry"].reflect_retry and not BRIDGE_MODES["episodes"].reflect_retry
     with pytest.raises(UnknownChoiceError, match="registered: episodes, reflect_retry"):

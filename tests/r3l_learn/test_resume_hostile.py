@@ -21,7 +21,8 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from r3l_learn.checkpoints import (
+from r3l_learn.errors import R3LLearnError
+from r3l_learn.loop.checkpoints import (
     ResumeError,
     latest_checkpoint,
     load_checkpoint,
@@ -29,11 +30,10 @@ from r3l_learn.checkpoints import (
     save_checkpoint,
     set_rng_state,
 )
-from r3l_learn.errors import R3LLearnError
-from r3l_learn.models import tiny_model
-from r3l_learn.train import TrainConfig
-from r3l_learn.train_setup import TaskStream
-from r3l_learn.train_state import EVALS, recorded_evals, resume_state, trainable_state
+from r3l_learn.loop.setup import TaskStream
+from r3l_learn.loop.state import EVALS, recorded_evals, resume_state, trainable_state
+from r3l_learn.loop.train import TrainConfig
+from r3l_learn.policies.models import tiny_model
 
 Q_PROJ = "model.layers.0.self_attn.q_proj.weight"
 TASKS = [f"corridor-train-{i}" for i in range(5)]
@@ -322,7 +322,7 @@ def test_recorded_evals_refuse_values_of_another_type(tmp_path):
 
 
 def test_a_saved_config_json_must_be_a_valid_config(tmp_path):
-    from r3l_learn.train_state import read_saved_config
+    from r3l_learn.loop.state import read_saved_config
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(_config(tmp_path).to_dict()))
@@ -466,7 +466,7 @@ def test_fuzz_a_resume_ends_in_resume_error_or_in_the_files_state(fuzz_run, data
 @pytest.mark.slow
 def test_r3l_train_resume_refuses_a_forged_checkpoint(tmp_path):
     """Through ``r3l train --resume`` itself: a forged file stops the run with the weight named, and no step runs."""
-    from r3l_learn.train import train
+    from r3l_learn.loop.train import train
 
     out = tmp_path / "run"
     config = TrainConfig(
@@ -493,7 +493,7 @@ def test_r3l_train_resume_refuses_a_forged_checkpoint(tmp_path):
     tests_dir = Path(__file__).resolve().parents[1]
     script = (
         f"import sys; sys.path.append({str(tests_dir)!r}); import corridor; corridor.register(); "
-        "from r3l_learn.cli import main; sys.exit(main(sys.argv[1:]))"
+        "from r3l_learn.cli.main import main; sys.exit(main(sys.argv[1:]))"
     )
     done = subprocess.run(
         [sys.executable, "-c", script, "train", "--resume", "--out-dir", str(out), "--steps", "2"],

@@ -1,6 +1,6 @@
 """The learner's task order: seeded, every task once per epoch, and resumable from its cursor alone."""
 
-from r3l_learn.train import TaskStream
+from r3l_learn.loop.train import TaskStream
 
 
 def test_each_epoch_is_a_seeded_permutation_and_the_cursor_resumes_it():

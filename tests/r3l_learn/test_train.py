@@ -6,12 +6,12 @@ import json
 import pytest
 import torch
 
-import r3l_learn.update as update_module
-from r3l_learn.checkpoints import latest_checkpoint, load_checkpoint
-from r3l_learn.cli import main
-from r3l_learn.metrics import read_metrics
-from r3l_learn.models import tiny_model
-from r3l_learn.train import TrainConfig, TrainingDivergedError, train
+import r3l_learn.algorithms.update as update_module
+from r3l_learn.cli.main import main
+from r3l_learn.loop.checkpoints import latest_checkpoint, load_checkpoint
+from r3l_learn.loop.metrics import read_metrics
+from r3l_learn.loop.train import TrainConfig, TrainingDivergedError, train
+from r3l_learn.policies.models import tiny_model
 
 pytestmark = pytest.mark.slow
 
@@ -188,7 +188,7 @@ def test_ctrl_c_saves_the_last_completed_step_and_resume_continues(tmp_path):
     tests_dir = Path(__file__).resolve().parents[1]
     script = (
         f"import sys; import wrappers; sys.path.append({str(tests_dir)!r}); import corridor; corridor.register(); "
-        "from r3l_learn.cli import main; sys.exit(main(sys.argv[1:]))"
+        "from r3l_learn.cli.main import main; sys.exit(main(sys.argv[1:]))"
     )
     args = ["train", "--env", "r3ltest/Corridor-v0", "--model", "tiny-random", "--algo", "opmd", "--steps", "200"]
     args += ["--tasks-per-step", "1", "--group-size", "2", "--max-turns", "3", "--actions", "constrained"]

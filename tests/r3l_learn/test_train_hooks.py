@@ -4,10 +4,10 @@ loop) and a collection backend passed in (``collector=``), which the caller keep
 import pytest
 import torch
 
-from r3l_learn.checkpoints import latest_checkpoint, load_checkpoint
-from r3l_learn.metrics import read_metrics
-from r3l_learn.train import StepInfo, TrainConfig, train
-from wrappers.local_collector import LocalCollector
+from r3l_learn.loop.checkpoints import latest_checkpoint, load_checkpoint
+from r3l_learn.loop.metrics import read_metrics
+from r3l_learn.loop.train import StepInfo, TrainConfig, train
+from wrappers.collectors.local import LocalCollector
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,8 @@ import gymnasium as gym
 import pytest
 
 from wrappers import RolloutConfig, SamplingParams
-from wrappers.oracle import OracleReflector, expert_plan
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
+from wrappers.retry.oracle import OracleReflector, expert_plan
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig
 
 pytest.importorskip("trl")
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing here may reach a hub
@@ -42,7 +42,7 @@ def countdown_player(prompt_text: str) -> str:
 @pytest.fixture(scope="module")
 def textworld_group():
     """A reflect-retry group whose retry restarts at turn 2 (pivotal credit masks turns 0-1 of both)."""
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     env = gym.make("r3l/TextWorld-v0")
     task = env.unwrapped.task_ids[0]
@@ -56,7 +56,7 @@ def textworld_group():
 
 
 def test_a_trajectory_becomes_prompt_completion_and_env_mask(textworld_group):
-    from r3l_learn.trl_bridge import trl_fields
+    from r3l_learn.bridges.trl import trl_fields
 
     base, retry = textworld_group.trajectories
     assert retry.kind == "retry" and retry.pivot == PIVOT and retry.base_id == base.id
@@ -87,7 +87,7 @@ def test_a_trajectory_becomes_prompt_completion_and_env_mask(textworld_group):
 
 
 def test_bad_configurations_are_clear_errors():
-    from r3l_learn.trl_bridge import EnvRollout
+    from r3l_learn.bridges.trl import EnvRollout
 
     with pytest.raises(ValueError, match="needs a reflector"):
         EnvRollout("r3l/Countdown-v0", mode="reflect_retry")
@@ -151,8 +151,8 @@ def token_mean(completion_ids, **kwargs):
     ],
 )
 def test_grpo_steps_with_the_trainers_own_model(tmp_path, env_id, mode):
-    from r3l_learn.models import tiny_model
-    from r3l_learn.trl_bridge import EnvRollout, env_reward
+    from r3l_learn.bridges.trl import EnvRollout, env_reward
+    from r3l_learn.policies.models import tiny_model
 
     model, tokenizer = tiny_model(seed=0)
     model.config.max_position_embeddings = 8192  # byte-level tokens: two TextWorld turns need ~5k positions
@@ -178,9 +178,9 @@ def test_grpo_steps_with_the_trainers_own_model(tmp_path, env_id, mode):
 @pytest.mark.slow
 def test_grpo_steps_on_countdown_reflect_retry_groups_with_env_reward_only(tmp_path):
     """Bases fail and oracle-guided retries win: the env's reward alone gives the group its contrast."""
-    from r3l_learn.models import tiny_model
-    from r3l_learn.scripted import ScriptedPolicy
-    from r3l_learn.trl_bridge import EnvRollout, env_reward
+    from r3l_learn.bridges.trl import EnvRollout, env_reward
+    from r3l_learn.policies.models import tiny_model
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     model, tokenizer = tiny_model(seed=0)
     seen = []

@@ -19,8 +19,8 @@ def _first_rollout(tmp_path, *, bf16: bool) -> dict:
     """A real GRPOTrainer over the tiny model (not trained) and one call of the rollout on its first group."""
     from trl import GRPOConfig, GRPOTrainer
 
-    from r3l_learn.models import tiny_model
-    from r3l_learn.trl_bridge import EnvRollout, env_reward
+    from r3l_learn.bridges.trl import EnvRollout, env_reward
+    from r3l_learn.policies.models import tiny_model
 
     model, tokenizer = tiny_model(seed=0)
     config = RolloutConfig(max_turns=1, sampling=SamplingParams(max_new_tokens=4))
@@ -51,10 +51,10 @@ def _first_rollout(tmp_path, *, bf16: bool) -> dict:
 
 @pytest.mark.parametrize("bf16", [True, False])
 def test_bf16_on_a_cpu_without_native_bf16_is_warned_once(tmp_path, caplog, monkeypatch, bf16):
-    import r3l_learn.device as device
+    import r3l_learn.policies.device as device
 
     monkeypatch.setattr(device, "cpu_flags", lambda path="/proc/cpuinfo": frozenset({"avx", "avx2", "fma"}))
-    with caplog.at_level(logging.WARNING, logger="r3l_learn.trl_bridge"):
+    with caplog.at_level(logging.WARNING, logger="r3l_learn.bridges.trl"):
         out = _first_rollout(tmp_path, bf16=bf16)
     assert len(out["completion_ids"]) == 2
     warned = [r for r in caplog.records if "bf16=False" in r.getMessage()]
@@ -64,9 +64,9 @@ def test_bf16_on_a_cpu_without_native_bf16_is_warned_once(tmp_path, caplog, monk
 
 
 def test_no_warning_where_bf16_is_native(tmp_path, caplog, monkeypatch):
-    import r3l_learn.device as device
+    import r3l_learn.policies.device as device
 
     monkeypatch.setattr(device, "cpu_flags", lambda path="/proc/cpuinfo": frozenset({"avx512f", "avx512_bf16"}))
-    with caplog.at_level(logging.WARNING, logger="r3l_learn.trl_bridge"):
+    with caplog.at_level(logging.WARNING, logger="r3l_learn.bridges.trl"):
         _first_rollout(tmp_path, bf16=True)
     assert not [r for r in caplog.records if "bf16=False" in r.getMessage()]

@@ -6,16 +6,16 @@ import re
 import pytest
 import torch
 
-from r3l_learn.algorithms import ALGORITHMS, resolve_algorithm
-from r3l_learn.batch import collate, rows_from_groups
-from r3l_learn.logprobs import sequence_logprobs
-from r3l_learn.models import tiny_model
-from r3l_learn.scripted import ScriptedPolicy
-from r3l_learn.update import LossConfig, accumulate_gradients
+from r3l_learn.algorithms.batch import collate, rows_from_groups
+from r3l_learn.algorithms.catalog import ALGORITHMS, resolve_algorithm
+from r3l_learn.algorithms.logprobs import sequence_logprobs
+from r3l_learn.algorithms.update import LossConfig, accumulate_gradients
+from r3l_learn.policies.models import tiny_model
+from r3l_learn.policies.scripted import ScriptedPolicy
 from wrappers import RolloutConfig, SamplingParams
-from wrappers.data import Sample, Trajectory, TrajectoryGroup
-from wrappers.oracle import OracleReflector
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
+from wrappers.data.trajectory import Sample, Trajectory, TrajectoryGroup
+from wrappers.retry.oracle import OracleReflector
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig
 
 
 def _countdown_player(prompt_text: str) -> str:
@@ -160,7 +160,7 @@ def test_tokens_after_the_last_wanted_one_change_nothing():
 
 
 def test_rows_run_their_common_prefix_once_with_the_same_values_and_gradients():
-    from r3l_learn.logprobs import shared_prefix
+    from r3l_learn.algorithms.logprobs import shared_prefix
 
     model, _ = tiny_model(seed=6)
     prefix = list(range(3, 43))  # 40 tokens every row begins with
@@ -187,7 +187,7 @@ def test_rows_run_their_common_prefix_once_with_the_same_values_and_gradients():
 
 
 def test_shared_prefix_keeps_a_token_per_row_and_ignores_padding():
-    from r3l_learn.logprobs import shared_prefix
+    from r3l_learn.algorithms.logprobs import shared_prefix
 
     ids = torch.tensor([[1, 2, 3, 4], [1, 2, 3, 0], [1, 2, 3, 0]])
     assert shared_prefix(ids, torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 0]])) == 2  # 3 is a row's last
@@ -197,7 +197,7 @@ def test_shared_prefix_keeps_a_token_per_row_and_ignores_padding():
 
 
 def test_activation_checkpointing_keeps_the_gradients_and_warns_nothing(groups, recwarn):
-    from r3l_learn.train_setup import enable_checkpointing
+    from r3l_learn.loop.setup import enable_checkpointing
 
     rows = rows_from_groups(groups, resolve_algorithm("r3l"))[:4]
     results = []

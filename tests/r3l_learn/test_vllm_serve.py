@@ -92,7 +92,7 @@ def _rendezvous_files() -> set[Path]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from r3l_learn.models import resolve_model
+    from r3l_learn.policies.models import resolve_model
 
     folder = resolve_model(MODEL)
     port = _free_port()
@@ -137,14 +137,14 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hf():
-    from r3l_learn.hf_policy import HFPolicy
+    from r3l_learn.policies.hf import HFPolicy
 
     return HFPolicy.from_pretrained(MODEL, dtype="float32")
 
 
 @pytest.fixture(scope="module")
 def remote(server, hf):
-    from r3l_learn.openai_policy import OpenAIPolicy
+    from r3l_learn.policies.openai import OpenAIPolicy
 
     return OpenAIPolicy(SERVED, hf.tokenizer, base_url=server, vllm_extensions=True, max_context=2048, timeout=600)
 
@@ -200,7 +200,7 @@ def test_a_reply_ending_on_its_end_of_turn_token_reads_as_its_ids_decoded(remote
 
 def test_the_server_renders_our_prompt_to_the_same_tokens(server, hf):
     """vLLM's return_token_ids: the prompt ids the server built from the messages are the client's prompt."""
-    from r3l_learn.openai_policy import OpenAIChat, OpenAIPolicy
+    from r3l_learn.policies.openai import OpenAIChat, OpenAIPolicy
 
     policy = OpenAIPolicy(SERVED, hf.tokenizer, base_url=server, vllm_extensions=True, max_context=2048)
     (prompt,) = _prompts(hf, 1)
@@ -222,7 +222,7 @@ def test_stop_strings_end_the_reply_where_hf_would(remote, hf):
     prompt = hf.tokenize(
         hf.render([{"role": "user", "content": "Write search[coffee mug] exactly."}], add_generation_prompt=True)
     )
-    from r3l_learn.openai_policy import OpenAIChat
+    from r3l_learn.policies.openai import OpenAIChat
 
     chat = OpenAIChat(SERVED, base_url=remote.chat.base_url, vllm_extensions=True, timeout=600)
     messages = remote.messages(prompt)
@@ -234,7 +234,7 @@ def test_stop_strings_end_the_reply_where_hf_would(remote, hf):
 
 
 def test_evaluation_through_vllm_serve_is_token_exact(remote):
-    from r3l_learn.evaluate import evaluate
+    from r3l_learn.loop.evaluate import evaluate
 
     config = RolloutConfig(max_turns=1, sampling=SamplingParams(max_new_tokens=16))
     summary, trajs = evaluate("r3l/Countdown-v0", remote, episodes=2, config=config, batch_size=2, progress=False)
@@ -246,9 +246,9 @@ def test_evaluation_through_vllm_serve_is_token_exact(remote):
 def test_reflector_on_vllm_serve_returns_exact_reflection_tokens(server, hf):
     """Reflections from the served model come with their ids and log-probs (to train them as auxiliary samples),
     which are HF's for the reflection prompt within the tolerance."""
-    from r3l_learn.openai_policy import OpenAIReflector
-    from r3l_learn.scripted import ScriptedPolicy
-    from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
+    from r3l_learn.policies.openai import OpenAIReflector
+    from r3l_learn.policies.scripted import ScriptedPolicy
+    from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig
 
     reflector = OpenAIReflector(
         SERVED,
@@ -266,7 +266,7 @@ def test_reflector_on_vllm_serve_returns_exact_reflection_tokens(server, hf):
         rr.close()
     refl = group.trajectories[0].metadata["reflection"]
     assert refl["source"] == f"openai:{SERVED}" and refl["text"]
-    from wrappers.reflection import ReflectionRequest
+    from wrappers.retry.reflection import ReflectionRequest
 
     # the same request again, to read the ids and log-probs the reflector gets back
     (again,) = reflector.reflect([ReflectionRequest(trajectory=group.trajectories[0])])

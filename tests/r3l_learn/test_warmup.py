@@ -7,11 +7,9 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from r3l_learn.cli import main
-from r3l_learn.evaluate import load_policy
-from r3l_learn.hf_policy import HFPolicy
-from r3l_learn.models import tiny_model
-from r3l_learn.warmup import (
+from r3l_learn.cli.main import main
+from r3l_learn.loop.evaluate import load_policy
+from r3l_learn.loop.warmup import (
     EXAMPLES_FILE,
     GUIDED_KIND,
     UNGUIDED_KIND,
@@ -23,9 +21,11 @@ from r3l_learn.warmup import (
     train_examples,
     warmup,
 )
+from r3l_learn.policies.hf import HFPolicy
+from r3l_learn.policies.models import tiny_model
 from wrappers.chat import with_guidance
-from wrappers.data import load_jsonl
-from wrappers.expert import NoExpertPlanError
+from wrappers.data.trajectory import load_jsonl
+from wrappers.retry.expert import NoExpertPlanError
 
 TW = "r3l/TextWorld-v0"
 # coin collector level 2: the plan is a move, then "take coin", so a base can leave it at turn 0 or 1

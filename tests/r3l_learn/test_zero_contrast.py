@@ -1,16 +1,17 @@
-"""One rule for every algorithm on batches without contrast (r3l_learn.update): a batch whose rows carry no signal
+"""One rule for every algorithm on batches without contrast (r3l_learn.algorithms.update): a batch whose rows carry no
+signal
 does not step the optimiser, whatever the KL coefficient, so the weights and AdamW's state stay exactly as they
 were; a batch with contrast steps for every algorithm; within a stepping batch, rows without signal add no KL."""
 
 import pytest
 import torch
 
-from r3l_learn.algorithms import ALGORITHMS, resolve_algorithm
-from r3l_learn.batch import Row, rows_from_groups
-from r3l_learn.logprobs import sequence_logprobs
-from r3l_learn.models import tiny_model
-from r3l_learn.update import LossConfig, accumulate_gradients, apply_update, optimizer_steps, signal_rows
-from wrappers.data import Trajectory, TrajectoryGroup
+from r3l_learn.algorithms.batch import Row, rows_from_groups
+from r3l_learn.algorithms.catalog import ALGORITHMS, resolve_algorithm
+from r3l_learn.algorithms.logprobs import sequence_logprobs
+from r3l_learn.algorithms.update import LossConfig, accumulate_gradients, apply_update, optimizer_steps, signal_rows
+from r3l_learn.policies.models import tiny_model
+from wrappers.data.trajectory import Trajectory, TrajectoryGroup
 
 KL_COEFS = ("default", 0.05)  # the algorithm's own (0.001 for grpo, 0 for the others), and a KL term for all
 
@@ -115,7 +116,7 @@ def test_aux_rows_are_signal_and_an_objective_without_skip_keeps_zero_advantage_
 
 
 def _train_config(tmp_path, **overrides):
-    from r3l_learn.train import TrainConfig
+    from r3l_learn.loop.train import TrainConfig
 
     values = dict(
         env="r3ltest/Corridor-v0",
@@ -145,9 +146,9 @@ def _train_config(tmp_path, **overrides):
 def test_a_run_without_contrast_never_steps_and_logs_each_skipped_step(tmp_path):
     """GRPO with a KL term on batches without a win: every step counts as done and is logged as skipped for lack
     of contrast; the checkpoint holds the initial weights and an empty AdamW state; resuming goes on alike."""
-    from r3l_learn.checkpoints import latest_checkpoint, load_checkpoint
-    from r3l_learn.metrics import read_metrics
-    from r3l_learn.train import train
+    from r3l_learn.loop.checkpoints import latest_checkpoint, load_checkpoint
+    from r3l_learn.loop.metrics import read_metrics
+    from r3l_learn.loop.train import train
 
     config = _train_config(tmp_path, steps=1)
     train(config)

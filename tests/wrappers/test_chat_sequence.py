@@ -9,7 +9,7 @@ pytest.importorskip("transformers")
 
 @pytest.fixture(scope="module")
 def policy():
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     return ScriptedPolicy(["unused"])
 

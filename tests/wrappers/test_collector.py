@@ -11,24 +11,25 @@ import r3l_envs
 from r3l_envs import Checkpoint
 from r3l_envs.errors import EnvClosedError
 from wrappers import RolloutConfig
-from wrappers.collector import Collector, ResetResult, StepResult, describe_env
-from wrappers.local_collector import LocalCollector
-from wrappers.oracle import OracleReflector
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
-from wrappers.reflection import PolicyReflector
+from wrappers.collectors.local import LocalCollector
+from wrappers.collectors.protocol import Collector, ResetResult, StepResult, describe_env
+from wrappers.retry.oracle import OracleReflector
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig
+from wrappers.retry.reflection import PolicyReflector
 from wrappers.rollout import rollout_batch
 
 pytest.importorskip("transformers")
 
 
 def scripted(replies):
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     return ScriptedPolicy(replies)
 
 
 class SequentialCollector:
-    """A second, independent implementation of :class:`wrappers.collector.Collector`: one call at a time on the
+    """A second, independent implementation of :class:`wrappers.collectors.protocol.Collector`: one call at a time on
+    the
     calling thread, and shaped like a remote backend: no env object is handed to the caller, checkpoints leave
     and enter as ``to_bytes()``, and every restore goes into a *fresh* env instance (as after a lost worker)."""
 
@@ -204,7 +205,7 @@ def test_the_oracle_consults_envs_it_cannot_hold_through_call(env_id):
 
 
 def test_plain_groups_and_rollout_batch_take_a_collector():
-    from r3l_learn.collect import PlainGroups
+    from r3l_learn.loop.groups import PlainGroups
 
     rollout = RolloutConfig(max_turns=4)
     tasks = ["corridor-train-000000", "corridor-train-000002"]

@@ -12,8 +12,8 @@ import gymnasium as gym
 import pytest
 
 from wrappers import RolloutConfig, SamplingParams, rollout, rollout_batch
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
-from wrappers.reflection import PolicyReflector
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig
+from wrappers.retry.reflection import PolicyReflector
 
 pytest.importorskip("transformers")
 
@@ -22,7 +22,7 @@ NEW = 24
 
 
 def scripted(replies, max_context=MAX_CONTEXT):
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     return ScriptedPolicy(replies, max_context=max_context)
 

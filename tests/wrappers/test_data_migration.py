@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from wrappers import Trajectory, TrajectoryGroup, load_jsonl, save_jsonl
-from wrappers.data import FORMAT_VERSION
+from wrappers.data.trajectory import FORMAT_VERSION
 
 V1 = Path(__file__).parents[1] / "fixtures" / "data_v1" / "groups_v1.jsonl"
 
@@ -123,7 +123,7 @@ def test_format_3_files_load_with_one_name_for_log_probs_and_guidance(loaded, tm
 
 
 def test_a_format_3_turn_with_an_unknown_log_prob_context_is_refused(loaded, tmp_path):
-    from wrappers.jsonl import DataFormatError
+    from wrappers.data.jsonl import DataFormatError
 
     old = as_format_3(loaded[0].to_dict())
     old["trajectories"][0]["turns"][0]["logprob_context"] = "elsewhere"

@@ -7,14 +7,14 @@ import gymnasium as gym
 import pytest
 
 from wrappers import RolloutConfig, Sample, TrajectoryGroup, Turn, load_jsonl, rollout, save_jsonl, to_dataset
-from wrappers.data import FORMAT_VERSION, DataFormatError
+from wrappers.data.trajectory import FORMAT_VERSION, DataFormatError
 
 pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
 def trajectory():
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     replies = ["<think>east</think> <action>right</action>", "garbage \ud800\x00", "<action>left</action>"]
     env = gym.make("r3ltest/Corridor-v0")

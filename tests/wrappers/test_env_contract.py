@@ -9,9 +9,9 @@ import pytest
 import r3l_envs
 from r3l_envs.core import TextEnv
 from wrappers import RolloutConfig
-from wrappers.oracle import OracleReflector, expert_plan
 from wrappers.prompts import FAMILIES, template_for
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
+from wrappers.retry.oracle import OracleReflector, expert_plan
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig
 
 # The one registration row (the env module is toy_lamp_env.py, importable from this folder).
 if "r3ltest/Lamp-v0" not in gym.registry:
@@ -68,7 +68,7 @@ def presser(prompt_text):
 
 def test_the_oracle_retries_the_toy_env_from_its_first_deviation():
     pytest.importorskip("transformers")
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     config = ReflectRetryConfig(group_size=2, rollout=RolloutConfig(max_turns=3))
     rr = ReflectRetry("r3ltest/Lamp-v0", ScriptedPolicy(presser), OracleReflector(reveal_steps=2), config)

@@ -11,16 +11,16 @@ import gymnasium as gym
 import pytest
 
 from wrappers import RolloutConfig, SamplingParams, rollout_batch
-from wrappers.envops import EnvOps
-from wrappers.oracle import OracleReflector, expert_plan
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
-from wrappers.reflection import PolicyReflector
+from wrappers.collectors.threads import EnvOps
+from wrappers.retry.oracle import OracleReflector, expert_plan
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig
+from wrappers.retry.reflection import PolicyReflector
 
 pytest.importorskip("transformers")
 
 
 def scripted(replies):
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     return ScriptedPolicy(replies)
 

@@ -1,4 +1,4 @@
-"""Expert demonstrations played as the agent (wrappers/expert.py): the plan's actions in the answer format, in the
+"""Expert demonstrations played as the agent (wrappers/retry/expert.py): the plan's actions in the answer format, in the
 policy's tokens, with the policy's own log-probs of exactly those tokens, on the toy lamp env, TextWorld and a
 math env."""
 
@@ -9,10 +9,10 @@ import pytest
 
 from wrappers import RolloutConfig, TrajectoryGroup, load_jsonl, parse_reply, save_jsonl
 from wrappers.chat import end_of_turn_id
-from wrappers.expert import EXPERT_KIND, PLAN_END, NoExpertPlanError, expert_rollouts
-from wrappers.export import groups_schema
-from wrappers.oracle import expert_plan
+from wrappers.data.export import groups_schema
 from wrappers.prompts import FAMILIES
+from wrappers.retry.expert import EXPERT_KIND, PLAN_END, NoExpertPlanError, expert_rollouts
+from wrappers.retry.oracle import expert_plan
 
 # The toy env's registration row, as in test_env_contract.py (its module is toy_lamp_env.py in this folder).
 if "r3ltest/Lamp-v0" not in gym.registry:

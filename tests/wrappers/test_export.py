@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from wrappers import RolloutConfig, SamplingParams, load_jsonl, save_jsonl
-from wrappers.data import FORMAT_VERSION, DataFormatError
-from wrappers.export import from_hf_dataset, groups_schema, to_hf_dataset, to_rows
-from wrappers.oracle import OracleReflector
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
+from wrappers.data.export import from_hf_dataset, groups_schema, to_hf_dataset, to_rows
+from wrappers.data.trajectory import FORMAT_VERSION, DataFormatError
+from wrappers.retry.oracle import OracleReflector
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig
 
 pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -30,7 +30,7 @@ def countdown_player(prompt_text: str) -> str:
 @pytest.fixture(scope="module")
 def groups():
     """Real reflect-retry groups: failing bases, oracle-guided retries that win, auxiliary samples."""
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     rollout = RolloutConfig(sampling=SamplingParams(max_new_tokens=48))
     config = ReflectRetryConfig(group_size=4, rollout=rollout, keep_checkpoints=True)
@@ -77,7 +77,7 @@ def test_advantages_column(groups):
 
 
 def test_new_dataclass_fields_flow_through(groups):
-    from wrappers.data import Trajectory
+    from wrappers.data.trajectory import Trajectory
 
     @dataclass
     class Extended(Trajectory):
@@ -99,7 +99,7 @@ def test_lone_surrogates_in_messages_are_replaced(groups):
 
 def test_exports_load_in_datasets_and_trl_without_custom_parsing(tmp_path, groups):
     trl_data = pytest.importorskip("trl.data_utils")
-    from r3l_learn.models import tiny_tokenizer
+    from r3l_learn.policies.models import tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
     ds = to_hf_dataset(groups)

@@ -10,7 +10,7 @@ import pytest
 import r3l_envs  # noqa: F401  (registers the envs)
 from wrappers import AgentEpisode, RolloutConfig, SamplingParams, load_jsonl, rollout, save_jsonl
 from wrappers.chat import chosen_span
-from wrappers.data import Trajectory
+from wrappers.data.trajectory import Trajectory
 
 pytest.importorskip("transformers")
 
@@ -18,7 +18,7 @@ FIXTURE_V1 = Path(__file__).parent.parent / "fixtures" / "data_v1" / "groups_v1.
 
 
 def scripted(rule):
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     return ScriptedPolicy(rule)
 

@@ -43,7 +43,7 @@ def in_template_format(env_id: str, answer: str) -> str:
 def answer_key_policy(env_id: str, env: gym.Env, task_ids, answer=None):
     """A scripted policy that finds the task's problem in its prompt and replies ``answer(reference)`` (default:
     the reference itself) in the template's format. The rule reads only what the agent is shown."""
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     source = env.unwrapped.source
     key = {source.task(t).problem: source.task(t).reference for t in task_ids}
@@ -113,7 +113,7 @@ def test_every_champ_reference_wins_as_a_bare_answer():
 def test_an_unusable_reply_costs_an_attempt():
     """Every reply counts: three replies without an action tag end a 3-attempt episode (no 30-turn loop)."""
     env = gym.make("r3l/Countdown-v0")
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     traj = rollout(env, ScriptedPolicy(["I think the answer is forty."]), seed=0)
     assert traj.num_turns == 3 and traj.stop_reason == "max_turns" and not traj.won
@@ -131,7 +131,7 @@ def test_a_fixed_reply_after_an_unusable_one_still_wins():
     task = env.unwrapped.task_ids[0]
     env.reset(options={"task_id": task})
     gold = env.unwrapped.reference_answer()
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     policy = ScriptedPolicy([f"The answer is {gold}", in_template_format("r3l/GSMSymbolic-v0", gold)])
     traj = rollout(env, policy, task_id=task)
@@ -140,8 +140,8 @@ def test_a_fixed_reply_after_an_unusable_one_still_wins():
 
 def test_the_paper_math_preset_path_wins(tmp_path):
     """``paper-math`` (GSM8K, 3 attempts, the preset's max_turns) evaluated as training evaluates it."""
-    from r3l_learn.evaluate import evaluate
-    from r3l_learn.presets import PRESETS
+    from r3l_learn.loop.evaluate import evaluate
+    from r3l_learn.loop.presets import PRESETS
 
     preset = PRESETS["paper-math"]
     kwargs = {**preset["env_kwargs"], "data_path": str(FIXTURES / "gsm8k")}

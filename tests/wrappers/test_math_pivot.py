@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from wrappers.oracle import OracleReflector
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig, pivotal_mask
+from wrappers.retry.oracle import OracleReflector
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig, pivotal_mask
 
 pytest.importorskip("transformers")
 
@@ -21,7 +21,7 @@ def countdown_solver(prompt_text):
 
 
 def collect(**oracle):
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     reflector = OracleReflector(reveal_answer=True, **oracle)
     rr = ReflectRetry("r3l/Countdown-v0", ScriptedPolicy(countdown_solver), reflector, ReflectRetryConfig(group_size=2))

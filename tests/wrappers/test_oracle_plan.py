@@ -7,8 +7,8 @@ import gymnasium as gym
 import pytest
 
 from wrappers import RolloutConfig
-from wrappers.oracle import OracleReflector, expert_plan
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
+from wrappers.retry.oracle import OracleReflector, expert_plan
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig
 
 pytest.importorskip("transformers")
 
@@ -34,7 +34,7 @@ def follower(plan):
 
 
 def _retry(plan_option):
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     env = gym.make(ENV)
     task = env.unwrapped.task_ids[0]

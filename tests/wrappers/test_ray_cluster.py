@@ -5,7 +5,7 @@ Ray instance of its own, apart from test_ray_collector.py's local one."""
 
 import pytest
 
-from wrappers.local_collector import LocalCollector
+from wrappers.collectors.local import LocalCollector
 
 ray = pytest.importorskip("ray", reason='the ray extra is not installed (pip install -e ".[ray]")')
 pytest.importorskip("transformers")
@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 from ray.cluster_utils import Cluster  # noqa: E402
 from test_ray_collector import collect  # noqa: E402
 
-from wrappers.ray_collector import RayCollector  # noqa: E402
+from wrappers.collectors.ray import RayCollector  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -1,4 +1,4 @@
-"""Collection on Ray actors (wrappers/ray_collector.py), on one local Ray instance (loopback only): the same groups
+"""Collection on Ray actors (wrappers/collectors/ray.py), on one local Ray instance (loopback only): the same groups
 as the thread-pool backend through 1 and 4 workers; a worker killed (SIGKILL) mid-collect is rebuilt from its slots'
 checkpoints and the groups come out identical; bounded retries end in a clear error, never a hang; nothing is left
 behind after close() or Ctrl-C. The 2-node Cluster test is in test_ray_cluster.py."""
@@ -15,16 +15,16 @@ import gymnasium as gym
 import pytest
 
 from wrappers import RolloutConfig
-from wrappers.collector import Collector
-from wrappers.local_collector import LocalCollector
-from wrappers.oracle import expert_plan
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
-from wrappers.reflection import PolicyReflector
+from wrappers.collectors.local import LocalCollector
+from wrappers.collectors.protocol import Collector
+from wrappers.retry.oracle import expert_plan
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig
+from wrappers.retry.reflection import PolicyReflector
 
 ray = pytest.importorskip("ray", reason='the ray extra is not installed (pip install -e ".[ray]")')
 pytest.importorskip("transformers")
 
-from wrappers.ray_collector import RayCollector, WorkerLostError, connect  # noqa: E402
+from wrappers.collectors.ray import RayCollector, WorkerLostError, connect  # noqa: E402
 
 pytestmark = pytest.mark.ray
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def local_ray():
 
 
 def scripted(replies):
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     return ScriptedPolicy(replies)
 
@@ -163,7 +163,7 @@ def test_a_worker_killed_mid_collect_is_rebuilt_and_the_groups_are_identical(loc
 
 def test_the_oracle_consults_envs_in_the_actors(local_ray):
     """The oracle reads expert answers through ``Collector.call`` on the base's slot, inside its actor."""
-    from wrappers.oracle import OracleReflector
+    from wrappers.retry.oracle import OracleReflector
 
     def run(collector):
         rr = ReflectRetry(collector, scripted(countdown_rule()), OracleReflector(reveal_answer=True))
@@ -287,7 +287,7 @@ def test_close_leaves_no_worker_process(local_ray):
 CTRL_C_DRIVER = textwrap.dedent(
     """
     import sys, time
-    from wrappers.ray_collector import RayCollector, connect
+    from wrappers.collectors.ray import RayCollector, connect
     connect("local", num_cpus=1)
     remote = RayCollector("r3l/Countdown-v0", workers=2, num_cpus=0.25)
     remote.gather([remote.reset(s, seed=s, task_id=None, checkpoint=False) for s in range(2)])

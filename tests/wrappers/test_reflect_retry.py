@@ -9,15 +9,15 @@ import pytest
 
 import r3l_envs
 from wrappers import RolloutConfig, load_jsonl, save_jsonl
-from wrappers.oracle import OracleReflector
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig, aggregate_stats, beats, pivotal_mask
-from wrappers.reflection import PolicyReflector
+from wrappers.retry.oracle import OracleReflector
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig, aggregate_stats, beats, pivotal_mask
+from wrappers.retry.reflection import PolicyReflector
 
 pytest.importorskip("transformers")
 
 
 def scripted(replies):
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     return ScriptedPolicy(replies)
 
@@ -333,7 +333,7 @@ def test_a_success_claimed_on_a_failed_base_is_counted():
 
 
 def test_r3l_show_renders_base_beside_retry_with_the_pivot(corridor_groups, tmp_path, capsys):
-    from r3l_learn.cli import main
+    from r3l_learn.cli.main import main
 
     _, groups = corridor_groups
     save_jsonl(tmp_path / "groups.jsonl", groups)

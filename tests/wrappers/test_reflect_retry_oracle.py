@@ -6,8 +6,8 @@ import pytest
 
 import r3l_envs
 from wrappers import RolloutConfig
-from wrappers.oracle import OracleReflector, expert_plan
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
+from wrappers.retry.oracle import OracleReflector, expert_plan
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig
 
 pytest.importorskip("transformers")
 
@@ -37,7 +37,7 @@ def plan_follower(plan):
 
 @pytest.mark.parametrize("env_id", ENVS)
 def test_oracle_pivot_restore_and_guided_retry(env_id):
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     env = gym.make(env_id)
     task = env.unwrapped.task_ids[0]

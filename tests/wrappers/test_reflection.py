@@ -6,8 +6,8 @@ import json
 import pytest
 
 from wrappers import Trajectory, Turn
-from wrappers.oracle import OracleReflector
-from wrappers.reflection import (
+from wrappers.retry.oracle import OracleReflector
+from wrappers.retry.reflection import (
     FAILURE_REASONS,
     PolicyReflector,
     ReflectionRequest,
@@ -117,7 +117,7 @@ def test_prompt_uses_the_env_family_and_the_final_feedback():
 
 
 def test_policy_reflector_parses_each_reply_in_order():
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     policy = ScriptedPolicy(["```json\n" + reply(retry_from_step="0") + "\n```", "no idea"])
     reflector = PolicyReflector(policy)
@@ -129,7 +129,7 @@ def test_policy_reflector_parses_each_reply_in_order():
 
 
 def test_policy_reflector_reports_a_prompt_that_cannot_fit():
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     policy = ScriptedPolicy([reply()], max_context=300)
     (r,) = PolicyReflector(policy).reflect([ReflectionRequest(_trajectory())])
@@ -145,7 +145,7 @@ def test_tiny_model_reflections_never_crash(tiny_policy):
 
 
 def test_prefill_starts_the_answer():
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     prefill = '{"trajectory_summary": "'
     rest = reply(retry_from_step="0")[len(prefill) :]

@@ -1,4 +1,5 @@
-"""``wrappers.show``: plain trajectories (``r3l eval``'s output) render as well as groups; the goal and the guidance
+"""``wrappers.view.show``: plain trajectories (``r3l eval``'s output) render as well as groups; the goal and the
+guidance
 the retry saw are shown; a cut turn says how much it hid."""
 
 import json
@@ -6,16 +7,16 @@ import json
 import pytest
 
 from wrappers import RolloutConfig, Trajectory, Turn, save_jsonl
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
-from wrappers.reflection import PolicyReflector
-from wrappers.show import load_viewable, render_text
-from wrappers.show_html import render_html
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig
+from wrappers.retry.reflection import PolicyReflector
+from wrappers.view.show import load_viewable, render_text
+from wrappers.view.show_html import render_html
 
 pytest.importorskip("transformers")
 
 
 def scripted(replies):
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     return ScriptedPolicy(replies)
 
@@ -37,7 +38,7 @@ DIAGNOSIS = json.dumps(
 
 
 def test_eval_output_of_plain_trajectories_renders_with_its_goal(tmp_path):
-    from r3l_learn.evaluate import evaluate
+    from r3l_learn.loop.evaluate import evaluate
 
     path = tmp_path / "eval.jsonl"
     _, trajs = evaluate(
@@ -99,8 +100,8 @@ def played(kind="base", *, won=False, turns=3, pivot=None, base=None, verdict=No
 
 
 def test_the_summary_counts_retries_that_beat_their_base_and_the_mean_pivot():
-    from wrappers.data import TrajectoryGroup
-    from wrappers.show import outcome, summarize
+    from wrappers.data.trajectory import TrajectoryGroup
+    from wrappers.view.show import outcome, summarize
 
     lost, won, lost_again = played(turns=5), played(won=True, turns=4), played(turns=5)
     groups = [
@@ -128,7 +129,7 @@ def test_the_summary_counts_retries_that_beat_their_base_and_the_mean_pivot():
 
 
 def test_token_runs_cut_a_sequence_by_its_masks():
-    from wrappers.show_html import token_runs
+    from wrappers.view.show_html import token_runs
 
     agent, loss = [0, 0, 1, 1, 1, 0, 1, 0], [0, 0, 0, 1, 1, 0, 1, 1]
     assert token_runs(agent, loss) == [
@@ -167,8 +168,8 @@ def test_the_token_view_without_a_tokenizer_shows_replies_and_context_lengths():
 
 
 def test_r3l_show_decodes_the_token_view_with_the_tokenizer_it_is_given(tmp_path, capsys):
-    from r3l_learn.cli import main
-    from r3l_learn.models import tiny_tokenizer
+    from r3l_learn.cli.main import main
+    from r3l_learn.policies.models import tiny_tokenizer
 
     config = ReflectRetryConfig(group_size=2, rollout=RolloutConfig(max_turns=4), fill=False)
     rr = ReflectRetry("r3ltest/Corridor-v0", scripted(walker), PolicyReflector(scripted([DIAGNOSIS])), config)
@@ -187,7 +188,7 @@ def test_r3l_show_decodes_the_token_view_with_the_tokenizer_it_is_given(tmp_path
 
 
 def test_agent_and_env_text_cannot_inject_markup_into_the_page(tmp_path):
-    from r3l_learn.evaluate import evaluate
+    from r3l_learn.loop.evaluate import evaluate
 
     evil = "<script>alert(1)</script><img src=x onerror=alert(2)>"
     path = tmp_path / "eval.jsonl"

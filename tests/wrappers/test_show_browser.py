@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from wrappers import RolloutConfig, save_jsonl
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
-from wrappers.reflection import PolicyReflector
-from wrappers.show import load_viewable
-from wrappers.show_html import render_html
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig
+from wrappers.retry.reflection import PolicyReflector
+from wrappers.view.show import load_viewable
+from wrappers.view.show_html import render_html
 
 pytest.importorskip("transformers")
 
@@ -153,7 +153,7 @@ def browser():
 
 
 def scripted(replies):
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     return ScriptedPolicy(replies)
 
@@ -238,7 +238,7 @@ def test_the_page_sums_up_filters_by_outcome_and_folds(browser, groups_file, tmp
 
 
 def test_the_token_view_colours_trainable_masked_and_context_tokens(browser, groups_file, tmp_path):
-    from r3l_learn.models import tiny_tokenizer
+    from r3l_learn.policies.models import tiny_tokenizer
 
     groups = load_viewable(groups_file)
     page = tmp_path / "page.html"

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from wrappers import Sample, Trajectory, TrajectoryGroup, Turn, save_jsonl
-from wrappers.data import DataFormatError, load_jsonl
-from wrappers.jsonl import nesting
-from wrappers.safe_text import UNSAFE, printable, wrap
-from wrappers.show import load_viewable, pairs, render_text
-from wrappers.show_html import render_html
+from wrappers.data.jsonl import nesting
+from wrappers.data.safe_text import UNSAFE, printable, wrap
+from wrappers.data.trajectory import DataFormatError, load_jsonl
+from wrappers.view.show import load_viewable, pairs, render_text
+from wrappers.view.show_html import render_html
 
 #: Terminal attacks: a window title, an OSC 52 clipboard write, a screen clear, an 8-bit CSI, a bell, a NUL, a
 #: right-to-left override and isolate, a carriage return and backspace that overwrite text, a C1 NEL, a line
@@ -108,7 +108,7 @@ def record() -> dict:
 
 # ---------------------------------------------------------------------------------------------- escapes
 def test_a_file_full_of_escape_sequences_reaches_the_terminal_escaped(tmp_path, capfdbinary):
-    from r3l_learn.cli import main
+    from r3l_learn.cli.main import main
 
     path, page = tmp_path / "hostile.jsonl", tmp_path / "page.html"
     save_jsonl(path, [group(HOSTILE), group(HOSTILE).trajectories[0]])
@@ -218,7 +218,7 @@ def test_a_field_of_the_wrong_type_or_size_is_one_clean_error_naming_line_and_fi
 
 
 def test_the_cli_turns_a_bad_record_into_one_printable_line(tmp_path, capsys):
-    from r3l_learn.cli import main
+    from r3l_learn.cli.main import main
 
     bad = record()
     bad["trajectories"][0]["kind"] = {HOSTILE: 1}

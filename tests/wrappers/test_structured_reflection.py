@@ -5,9 +5,9 @@ import gymnasium as gym
 import pytest
 
 from wrappers import RolloutConfig, Trajectory, Turn, rollout_batch
-from wrappers.reflect_retry import ReflectRetry, ReflectRetryConfig
-from wrappers.reflection import FAILURE_REASONS, ReflectionRequest, Reflector
-from wrappers.structured_reflection import StructuredReflector
+from wrappers.retry.reflect_retry import ReflectRetry, ReflectRetryConfig
+from wrappers.retry.reflection import FAILURE_REASONS, ReflectionRequest, Reflector
+from wrappers.retry.structured_reflection import StructuredReflector
 
 pytest.importorskip("transformers")
 
@@ -16,7 +16,7 @@ CONFIG = RolloutConfig(max_turns=5, keep_checkpoints=True)
 
 
 def scripted(rule):
-    from r3l_learn.scripted import ScriptedPolicy
+    from r3l_learn.policies.scripted import ScriptedPolicy
 
     return ScriptedPolicy(rule)
 
@@ -171,8 +171,8 @@ def test_bad_settings_are_refused_with_the_reason():
 
 
 def test_the_trainer_offers_it_as_reflector_self_structured(tiny_policy):
-    from r3l_learn.config import TrainConfig
-    from r3l_learn.train_setup import make_reflector
+    from r3l_learn.loop.config import TrainConfig
+    from r3l_learn.loop.setup import make_reflector
 
     reflector = make_reflector(TrainConfig(algo="r3l", reflector="self-structured"), tiny_policy)
     assert isinstance(reflector, StructuredReflector) and reflector.policy is tiny_policy

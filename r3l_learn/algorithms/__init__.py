@@ -1,0 +1,1 @@
+"""Algorithms as compositions: advantages, objectives, rows, one update."""

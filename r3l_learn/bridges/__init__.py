@@ -1,0 +1,1 @@
+"""Bridges to other stacks: TRL's trainers and an OpenAI-compatible server."""

@@ -1,0 +1,1 @@
+"""The training loop: config, group builders, evaluation, checkpoints, metrics, progress."""

@@ -1,0 +1,1 @@
+"""Policies: Hugging Face, vLLM, OpenAI-compatible servers, Ray, scripted; models and devices."""

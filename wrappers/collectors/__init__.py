@@ -1,0 +1,1 @@
+"""Where env episodes run: the collector protocol, in-process threads, Ray actors."""

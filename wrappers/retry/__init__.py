@@ -1,0 +1,1 @@
+"""Reflect-then-retry: reflections, the oracle, expert demonstrations, stitched groups."""

@@ -1,0 +1,1 @@
+"""Reading trajectories: the terminal viewer and the HTML page."""
