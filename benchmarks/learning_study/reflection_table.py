@@ -23,7 +23,9 @@ def read_self_reflection(results_dir: Path) -> dict[str, Any] | None:
     data = json.loads(path.read_text())
     if not isinstance(data, dict) or not isinstance(data.get("configs"), dict):
         raise ValueError(f"{path} has no object 'configs': not a self-reflection measurement")
-    settings = data.get("config") or {}
+    runs = [r for r in data.get("runs") or [] if isinstance(r, dict)]
+    # one measurement's settings ("config"), or those of its first run where several runs made it ("runs")
+    settings = data.get("config") or (runs[0].get("config") if runs else None) or {}
     configs = {}
     for name, c in data["configs"].items():
         reflectors = {r: {k: v.get(k) for k in RATES} for r, v in (c.get("reflectors") or {}).items()}
@@ -36,7 +38,10 @@ def read_self_reflection(results_dir: Path) -> dict[str, Any] | None:
             "reflectors": reflectors,
         }
     keep = ("model", "temperature", "samples", "tasks")
-    return {"complete": bool(data.get("complete")), **{k: settings.get(k) for k in keep}, "configs": configs}
+    out = {"complete": bool(data.get("complete")), **{k: settings.get(k) for k in keep}, "configs": configs}
+    out["commands"] = [r.get("command") for r in runs if r.get("command")]
+    out["not_measured"] = dict(data.get("not_measured") or {})
+    return out
 
 
 def render_self_reflection(reflection: dict[str, Any] | None) -> list[str]:
@@ -61,9 +66,14 @@ def render_self_reflection(reflection: dict[str, Any] | None) -> list[str]:
     md += [
         f"`python -m benchmarks.self_reflection` ({state}): model `{reflection.get('model')}` at temperature "
         f"{reflection.get('temperature')}, {reflection.get('tasks')} test tasks × {reflection.get('samples')} "
-        "samples per configuration. Rates are of the failed bases (parsed, retries) and of the retries (wins).",
+        "samples per configuration (the first run's settings). Rates are of the failed bases (parsed, retries) "
+        "and of the retries (wins).",
         "",
     ]
+    if reflection.get("commands"):
+        md += ["Made by: " + "; ".join(f"`{c}`" for c in reflection["commands"]) + ".", ""]
+    if reflection.get("not_measured"):
+        md += ["Not measured: " + "; ".join(f"{k} ({v})" for k, v in reflection["not_measured"].items()) + ".", ""]
     if not rows:
         return [*md, "No reflector has finished a configuration yet."]
     header = ["configuration", "reflector", "failed bases", "parsed (rate)", "retries (rate)", "retry wins (rate)"]

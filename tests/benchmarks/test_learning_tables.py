@@ -191,6 +191,14 @@ def test_self_reflection_rates_are_read_and_shown(tmp_path):
     assert "examples" not in read["configs"]["th-d5"]["reflectors"]["structured"]
     md = "\n".join(reflection_table.render_self_reflection(read))
     assert "| th-d5 | structured | 87 | 80 (0.92) | 40 (0.46) | 5 (0.12) |" in md and "(finished)" in md
+    # several runs made it: their commands, the first one's settings, and what was not measured
+    del data["config"]
+    data["runs"] = [{"command": "python -m benchmarks.self_reflection", "config": {"model": "m", "temperature": 0.5}}]
+    data["not_measured"] = {"coin_collector-d2": "not run for time"}
+    (tmp_path / "self_reflection.json").write_text(json.dumps(data))
+    md = "\n".join(reflection_table.render_self_reflection(reflection_table.read_self_reflection(tmp_path)))
+    assert "model `m` at temperature 0.5" in md and "`python -m benchmarks.self_reflection`" in md
+    assert "Not measured: coin_collector-d2 (not run for time)." in md
     (tmp_path / "self_reflection.json").write_text(json.dumps({"rows": []}))
     with pytest.raises(ValueError, match="configs"):
         reflection_table.read_self_reflection(tmp_path)
