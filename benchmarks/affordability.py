@@ -1,7 +1,7 @@
 """Trajectories trained per CPU-hour: where a training step's time goes, and what each lever saves.
 
 Each variant is a short ``r3l train`` run (no evals) in its own process, on the learning study's TextWorld
-setting (``learning_study.grid.ENVS``), with the same seed, tasks and group size. From its ``metrics.jsonl``:
+setting (``benchmarks.learning_study.grid.ENVS``), with the same seed, tasks and group size. From its ``metrics.jsonl``:
 the CPU seconds of collection (rollouts, env steps, retries) and of the update (forward, backward, optimiser),
 summed over every thread of the process, so a loaded machine slows the wall clock but hardly these. The runs draw
 their tasks from the first ``steps × tasks-per-step`` of the train split, each started once beforehand (TextWorld
@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._report import machine, machine_line, write_section
 from benchmarks.learning_study.grid import CPU_AUTOCAST, ENVS
+from benchmarks.results_page import machine, machine_line, write_section
 
 #: name -> (what it changes, extra ``r3l train`` arguments, extra env kwargs); each row adds its lever to the one
 #: above. "before" is the learner as it was before the levers (TextWorld's title banner in every prompt).

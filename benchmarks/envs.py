@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 import r3l_envs
-from benchmarks._report import machine, machine_line, write_section
+from benchmarks.results_page import machine, machine_line, write_section
 from r3l_envs.errors import DataNotFoundError
 
 # Episodes must be long enough to checkpoint at step 50: lift the envs' own episode limits where they have one.

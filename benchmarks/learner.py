@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks import _report
+from benchmarks import results_page
 
 logger = logging.getLogger("bench.learner")
 
@@ -155,12 +155,12 @@ def main() -> None:
     base = results[0]["seconds"]
     ratio = results[1]["seconds"] / base
     cpu_ratio = results[1]["cpu_seconds"] / results[0]["cpu_seconds"]
-    facts = _report.machine()
+    facts = results_page.machine()
     lines = [
         f"## Learner: training tokens/s, peak memory, R³L loss overhead (`benchmarks/learner.py "
         f"--model {args.model} --device {args.device} --batch {args.batch} --length {args.length}`)",
         "",
-        _report.machine_line(facts),
+        results_page.machine_line(facts),
         f"CPU kind: {kind}.",
         "",
         f"One update (forward + backward, no optimiser step) on {args.batch} × {args.length} tokens, 60 % of them "
@@ -187,7 +187,7 @@ def main() -> None:
     ]
     name = "learner" if args.device == "cpu" else f"learner-{args.device.split(':')[0]}"
     record = {"machine": facts, "cpu_kind": kind, "bf16_native": bf16_native, "args": vars(args), "results": results}
-    _report.write_section(name, "\n".join(lines), record)
+    results_page.write_section(name, "\n".join(lines), record)
     print("\n".join(lines))
 
 

@@ -6,14 +6,8 @@ runs ``--mode quick --jobs 2``.
 """
 
 import sys
-from pathlib import Path
 
-# learning_study still imports _report and starts its run children (``-m learning_study.child``) as top-level
-# modules of this folder, so the folder goes on the path until the package imports ``benchmarks._report`` and
-# starts ``benchmarks.learning_study.child``.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from learning_study.cli import main
+from benchmarks.learning_study.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 
-from benchmarks import _report
+from benchmarks import results_page
 
 logger = logging.getLogger("bench.ray_dispatch")
 HOLDER = "r3l/Countdown-v0"  # the cheapest env to hold a slot (it is made once per slot and never stepped)
@@ -98,7 +98,7 @@ def markdown(results: dict, args, facts: dict, load: tuple[float, float], comman
     lines = [
         f"## Ray dispatch on the paper's shape: {args.nodes} nodes, {args.slots} slots (`benchmarks/ray_dispatch.py`)",
         "",
-        _report.machine_line(facts),
+        results_page.machine_line(facts),
         f"Command: `{command}`. A `ray.cluster_utils.Cluster` of {args.nodes} worker nodes (1 CPU each) and a "
         f"CPU-less head, all on this machine (loopback only); one env actor per node, {args.slots // args.nodes} "
         f"slots each. Load average (1 min) {load[0]:.1f} at the start and {load[1]:.1f} at the end on 2 cores: "
@@ -145,11 +145,11 @@ def main(argv: list[str] | None = None) -> dict:
     load_start = os.getloadavg()[0]
     results = measure(args)
     load = (load_start, os.getloadavg()[0])
-    facts = _report.machine()
+    facts = results_page.machine()
     facts["versions"] += f", ray {ray.__version__}"
     md = markdown(results, args, facts, load, command.strip())
     data = {"machine": facts, "load": load, "command": command, "args": vars(args), **results}
-    _report.write_section_under("ray_dispatch", md, data, args.out)
+    results_page.write_section_under("ray_dispatch", md, data, args.out)
     print(md)
     return results
 

@@ -36,7 +36,7 @@ import gymnasium as gym
 import numpy as np
 
 import r3l_envs
-from benchmarks._report import machine, machine_line, write_section
+from benchmarks.results_page import machine, machine_line, write_section
 from r3l_envs.errors import DataNotFoundError
 
 # Small instances of each env; a large attempt budget keeps math episodes open for k wrong answers.

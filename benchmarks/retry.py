@@ -40,7 +40,7 @@ import time
 import gymnasium as gym
 
 import r3l_envs
-from benchmarks import _report
+from benchmarks import results_page
 from r3l_learn.policies.scripted import ScriptedPolicy
 from wrappers import AgentEpisode, OracleReflector, ReflectRetry, ReflectRetryConfig, RolloutConfig, play
 from wrappers.retry.oracle import expert_plan
@@ -310,7 +310,7 @@ def markdown(results: list[dict], args, facts: dict, load: tuple[float, float], 
         if model_name
         else "## Reflect-retry: retry from the pivot vs from scratch; serial vs concurrent env calls",
         "",
-        _report.machine_line(facts),
+        results_page.machine_line(facts),
         f"Command: `{command}`. {who}, `OracleReflector`, {args.tasks} tasks per env{sci_tasks}, group size "
         f"{args.group_size}, bases up to {args.max_turns} turns{turns}. Load average "
         f"{load[0]:.1f} at the start and {load[1]:.1f} at the end on {facts['cores']} cores"
@@ -450,10 +450,10 @@ def main() -> None:
     if args.concurrency and args.latency:
         results.append(measure("r3l/TextWorld-v0", args, model, latency=args.latency))
     load = (load_start, os.getloadavg()[0])
-    facts = _report.machine()
+    facts = results_page.machine()
     md = markdown(results, args, facts, load, command, args.model)
     name = args.name or ("retry-model" if args.model else "retry")
-    _report.write_section(name, md, {"machine": facts, "load": load, "args": vars(args), "results": results})
+    results_page.write_section(name, md, {"machine": facts, "load": load, "args": vars(args), "results": results})
     print(md)
 
 

@@ -29,7 +29,7 @@ import gymnasium as gym
 import torch
 
 import r3l_envs  # noqa: F401  (registers the ids)
-from benchmarks import _report
+from benchmarks import results_page
 from benchmarks.learning_study.grid import ENVS
 from r3l_learn.loop.config import action_flags
 from r3l_learn.policies.hf import HFPolicy, auto_dtype
@@ -225,7 +225,7 @@ def main() -> None:
     prefix = shared_prefix(policy, args.prefix_batch, args.repeats)
     logger.info("shared prefix %s", prefix)
 
-    facts = _report.machine()
+    facts = results_page.machine()
     versions = {d: metadata.version(d) for d in ("torch", "transformers")}
     device = (
         torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU ({torch.get_num_threads()} threads)"
@@ -267,7 +267,7 @@ def main() -> None:
         [
             "## Rollout: overhead over bare generate, and batched rollout throughput",
             "",
-            f"{_report.machine_line(facts)} torch {versions['torch']}, transformers {versions['transformers']}.",
+            f"{results_page.machine_line(facts)} torch {versions['torch']}, transformers {versions['transformers']}.",
             f"Model {args.model} ({args.dtype}) on {device}. Command: `{command}`.",
             "",
             "| measure | value |",
@@ -280,7 +280,7 @@ def main() -> None:
             "robust figure is the share of each rollout's own time spent outside `model.generate`.",
         ]
     )
-    _report.write_section(
+    results_page.write_section(
         args.name or f"rollout-{args.device.split(':')[0]}",
         md,
         {

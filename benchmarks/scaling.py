@@ -32,7 +32,7 @@ from pathlib import Path
 
 import gymnasium as gym
 
-from benchmarks import _report, retry
+from benchmarks import results_page, retry
 from wrappers import RolloutConfig
 from wrappers.collectors.local import LocalCollector
 from wrappers.retry.oracle import expert_plan
@@ -263,7 +263,7 @@ def markdown(results: dict, args, facts: dict, load: tuple, command: str) -> str
     lines = [
         "## Scaling the collection backend: threads vs Ray actors",
         "",
-        _report.machine_line(facts),
+        results_page.machine_line(facts),
         f"Command: `{command}`. One local Ray instance (`ray.init(num_cpus=2)`, loopback only, actors declare "
         f"0.25 CPU each). Load average (1 min) {load[0]:.1f} at the start and {load[1]:.1f} at the end on "
         f"{facts['cores']} cores: **the machine is shared with other jobs and was loaded**, so absolute times are "
@@ -373,11 +373,11 @@ def main(argv: list[str] | None = None) -> dict:
         if started:
             ray.shutdown()
     load = (load_start, os.getloadavg()[0])
-    facts = _report.machine()
+    facts = results_page.machine()
     facts["versions"] += f", ray {ray.__version__}"
     md = markdown(results, args, facts, load, command)
     data = {"machine": facts, "load": load, "command": command, "args": vars(args), **results}
-    _report.write_section_under("scaling", md, data, args.out)
+    results_page.write_section_under("scaling", md, data, args.out)
     print(md)
     return results
 
@@ -386,7 +386,7 @@ def render(path: Path, out: str | None) -> dict:
     """Rewrite the section (and the JSON) from a run's saved JSON, e.g. after a change to the page's wording."""
     data = json.loads(path.read_text())
     md = markdown(data, argparse.Namespace(**data["args"]), data["machine"], tuple(data["load"]), data["command"])
-    _report.write_section_under("scaling", md, data, out)
+    results_page.write_section_under("scaling", md, data, out)
     print(md)
     return data
 

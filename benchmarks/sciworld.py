@@ -30,7 +30,7 @@ import gymnasium as gym
 import r3l_envs
 
 # Not named scienceworld.py: the script's folder is first on sys.path and would shadow the engine's package.
-from benchmarks import _report
+from benchmarks import results_page
 
 TASK, VARIATION = "boil", 0
 TASK_ID = f"{TASK}/var{VARIATION}"
@@ -112,7 +112,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     from scienceworld import ScienceWorldEnv
 
-    data: dict = {"machine": _report.machine(), "task": TASK_ID, "load_average_at_start": os.getloadavg()[0]}
+    data: dict = {"machine": results_page.machine(), "task": TASK_ID, "load_average_at_start": os.getloadavg()[0]}
 
     # --- JVM start and memory, ours
     env = gym.make("r3l/ScienceWorld-v0", tasks=[TASK])
@@ -265,7 +265,7 @@ def main() -> None:
     first = ", ".join(f"{x:.0f}" for x in ours["episode_rates"][:5])
     md = f"""## ScienceWorld (`benchmarks/sciworld.py`)
 
-{_report.machine_line(d["machine"])}
+{results_page.machine_line(d["machine"])}
 Task `{TASK_ID}` (gold path, {d["gold_len"]} actions); baselines from the same run.
 Load average (2 cores): {d["load_average_at_start"]:.1f} at the start, {ours["load_average"]:.1f} while ours was timed,
 {stock_steps["load_average"]:.1f} while upstream's was, {d["load_average_at_end"]:.1f} at the end (other jobs shared the
@@ -285,7 +285,7 @@ Starting an episode: the engine's `load` of a loaded task takes {d["engine_load_
 loaded saves nothing), but after a gold path was requested once, every engine `reset` regenerates it
 ({d["engine_reset_after_gold_s"] * 1000:.0f} ms). So `_start` always calls `load` without a gold path.
 """
-    _report.write_section("scienceworld", md, data)
+    results_page.write_section("scienceworld", md, data)
     print(md)
 
 

@@ -43,7 +43,7 @@ import gymnasium as gym
 from tqdm import tqdm
 
 import r3l_envs  # noqa: F401  (registers the r3l/* envs)
-from benchmarks import _report
+from benchmarks import results_page
 from r3l_learn.loop.evaluate import load_policy
 from wrappers import AgentEpisode, RolloutConfig, SamplingParams, Trajectory, play, rollout_batch
 from wrappers.retry.reflect_retry import beats
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
             "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
             "command": "python -m benchmarks.self_reflection " + shlex.join(sys.argv[1:] if argv is None else argv),
             "environment": {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")},
-            "machine": _report.machine(),
+            "machine": results_page.machine(),
             "load_average_1_5_15": {"before": load_before, "now": os.getloadavg()},
             "seconds": round(time.perf_counter() - started, 1),
         }

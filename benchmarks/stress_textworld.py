@@ -141,7 +141,7 @@ def drive(args: argparse.Namespace) -> dict:
 
 
 def _write(result: dict) -> None:
-    from benchmarks._report import machine, machine_line, write_section
+    from benchmarks.results_page import machine, machine_line, write_section
 
     facts = machine()
     codes = ", ".join(f"{k}: {v}" for k, v in result["exit_codes"].items())

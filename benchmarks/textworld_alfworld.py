@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks._report import machine, machine_line, write_section
+from benchmarks.results_page import machine, machine_line, write_section
 
 ALFWORLD = "r3l/ALFWorld-v0"
 TEXTWORLD = "r3l/TextWorld-v0"

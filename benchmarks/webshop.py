@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._report import machine, machine_line, write_section
+from benchmarks.results_page import machine, machine_line, write_section
 
 
 def _memory_kib() -> dict[str, int]:

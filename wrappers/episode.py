@@ -47,8 +47,7 @@ class RolloutConfig:
     Attributes:
         sampling: how replies are sampled.
         max_turns: the turn limit; ``None``: the env's own (:attr:`wrappers.collectors.protocol.MadeEnv.max_turns`),
-        else
-            :data:`DEFAULT_MAX_TURNS`.
+            else :data:`DEFAULT_MAX_TURNS`.
         history: keep only the last ``history`` turns in the context; ``None`` keeps all (one sequence).
         constrained: pick among admissible actions by log-likelihood where the env lists them.
         direct: free-text turns open the reply with the action tag: the policy writes the action alone and the

@@ -1,6 +1,7 @@
-"""One cell of the grid, in its own process: ``python -m learning_study.child RUN_DIR`` reads ``RUN_DIR/spec.json``
-(written by the scheduler), trains or resumes, and writes ``result.json``. Every step's metrics gain ``bench/*``
-counters computed from the step's groups (:func:`budget_counts`, through ``train``'s ``on_step`` hook)."""
+"""One cell of the grid, in its own process: ``python -m benchmarks.learning_study.child RUN_DIR`` reads
+``RUN_DIR/spec.json`` (written by the scheduler), trains or resumes, and writes ``result.json``. Every step's
+metrics gain ``bench/*`` counters computed from the step's groups (:func:`budget_counts`, through ``train``'s
+``on_step`` hook)."""
 
 from __future__ import annotations
 
@@ -92,5 +93,5 @@ def run_cell(run_dir: Path) -> int:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m learning_study.child RUN_DIR (the scheduler writes RUN_DIR/spec.json)")
+        sys.exit("usage: python -m benchmarks.learning_study.child RUN_DIR (the scheduler writes RUN_DIR/spec.json)")
     sys.exit(run_cell(Path(sys.argv[1])))

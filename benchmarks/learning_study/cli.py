@@ -2,12 +2,12 @@
 
 Usage (``benchmarks/learning.py`` is this module's command line)::
 
-    python benchmarks/learning.py --mode quick                  # minutes (tiny budgets)
-    python benchmarks/learning.py --mode cpu --time-budget 240  # resumable; rerun to continue
-    python benchmarks/learning.py --mode gpu --jobs 2           # --device cuda
-    python benchmarks/learning.py --mode fair --jobs 2 --threads 1 --out-root runs/fair  # the fair-rules rerun
-    python benchmarks/learning.py --mode quick --report-only    # re-aggregate existing runs
-    python benchmarks/learning.py --from-json benchmarks/results/learning.json  # re-render a saved report
+    python -m benchmarks.learning --mode quick                  # minutes (tiny budgets)
+    python -m benchmarks.learning --mode cpu --time-budget 240  # resumable; rerun to continue
+    python -m benchmarks.learning --mode gpu --jobs 2           # --device cuda
+    python -m benchmarks.learning --mode fair --jobs 2 --threads 1 --out-root runs/fair  # the fair-rules rerun
+    python -m benchmarks.learning --mode quick --report-only    # re-aggregate existing runs
+    python -m benchmarks.learning --from-json benchmarks/results/learning.json  # re-render a saved report
 
 On a fresh machine (no run directories) a sweep or report continues from the committed
 ``benchmarks/results/learning.json``: its finished runs count as done for the same cells (made on another CPU kind
@@ -27,8 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import _report
-
+from benchmarks import results_page
 from r3l_learn.policies.device import cpu_kind
 
 from . import BENCHMARKS, ROOT
@@ -41,7 +40,7 @@ logger = logging.getLogger("bench.learning")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The options of ``python benchmarks/learning.py``."""
+    """The options of ``python -m benchmarks.learning``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=sorted(MODES), default="quick")
     parser.add_argument("--out-root", type=Path, default=None, help="run directories (default runs/learning/MODE)")
@@ -69,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-saved", action="store_true", help="use only the run directories under --out-root")
     parser.add_argument("--no-report", action="store_true", help="run; do not write RESULTS.md")
-    parser.add_argument("--results-md", type=Path, default=_report.RESULTS_MD)
-    parser.add_argument("--results-dir", type=Path, default=_report.RESULTS_DIR)
+    parser.add_argument("--results-md", type=Path, default=results_page.RESULTS_MD)
+    parser.add_argument("--results-dir", type=Path, default=results_page.RESULTS_DIR)
     parser.add_argument(
         "--plots-dir", type=Path, default=None, help="where the plots go (default benchmarks/learning/MODE; cpu: ..)"
     )
@@ -131,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             and (args.seeds is None or run.seed in args.seeds)
         )
 
-    command = "python benchmarks/learning.py " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+    command = "python -m benchmarks.learning " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     saved = None if args.no_saved else load_saved(args.saved or args.results_dir / "learning.json", mode.name)
     if saved is not None:
         logger.info("finished runs of %s count as done where no run dir holds them", args.saved or "learning.json")

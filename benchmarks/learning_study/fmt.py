@@ -12,7 +12,7 @@ def num(value: float | None, digits: int = 3) -> str:
 
 
 def interval(stat: dict[str, Any], digits: int = 3, *, signed: bool = False) -> str:
-    """``mean ± half-width (n=…)`` of a :func:`learning_study.stats.mean_ci` result."""
+    """``mean ± half-width (n=…)`` of a :func:`benchmarks.learning_study.stats.mean_ci` result."""
     if not stat or stat["n"] == 0:
         return "—"
     mean = f"{stat['mean']:+.{digits}f}" if signed else f"{stat['mean']:.{digits}f}"

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import _report  # benchmarks/_report.py (the package lives beside it): the machine line every benchmark prints
+from benchmarks import results_page
 
 from .aggregate import mean_curve
 from .calibration_table import render_calibration
@@ -32,8 +32,8 @@ _ENV_HEADER = "env|id|kwargs|actions|max turns|max new tokens|training temperatu
 
 
 def render(data: dict[str, Any], *, page_dir: Path) -> str:
-    """The RESULTS.md section for the report ``data`` (as :func:`learning_study.report.report_data` builds it, or
-    as read back from ``learning.json``): tables, plots (linked relative to ``page_dir``), discussion, missing
+    """The RESULTS.md section for the report ``data`` (as :func:`benchmarks.learning_study.report.report_data` builds
+    it, or as read back from ``learning.json``): tables, plots (linked relative to ``page_dir``), discussion, missing
     cells, settings."""
     mode = Mode.from_dict(data["mode"])
     envs = {k: EnvSetting.from_dict(v) for k, v in data["envs"].items()}
@@ -84,7 +84,7 @@ def _heading(data: dict[str, Any], mode: Mode, history: Sequence[dict[str, Any]]
     return [
         f"## Learning at an equal sampling budget (`benchmarks/learning.py`, mode `{mode.name}`)",
         "",
-        f"{_report.machine_line(data['machine'])} {data['versions']}.",
+        f"{results_page.machine_line(data['machine'])} {data['versions']}.",
         *_machines(data["runs"], data["machine"].get("cpu_kind")),
         f"Model `{mode.model}` ({mode.dtype}) on `{mode.device}`. The runs were made by "
         + (f"{len(history)} invocation(s) (each resumes what the previous left):" if history else "(no record):"),

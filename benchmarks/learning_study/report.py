@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import _report  # benchmarks/_report.py: machine facts, and the one writer of RESULTS.md sections
+from benchmarks import results_page
 
 from .aggregate import aggregate, carried_names, train_config
 from .calibration_table import read_calibration
@@ -53,7 +53,7 @@ def write_report(
 
     ``saved``: the report committed before (a ``learning.json`` of the same mode); its finished runs stand for the
     cells that have no run directory here, and its invocations open the list (see :func:`aggregate`)."""
-    machine = _report.machine()
+    machine = results_page.machine()
     agg = aggregate(mode, runs, methods, saved=saved, machine=machine.get("cpu_kind"))
     plots = plot_curves(mode, agg, plots_dir, methods)
     carried = carried_names(agg["runs"])
@@ -109,4 +109,4 @@ def rewrite_report(saved: Path, *, results_md: Path, results_dir: Path, plots_di
 
 def _write(data: dict[str, Any], results_md: Path, results_dir: Path) -> None:
     markdown = render(data, page_dir=Path(results_md).parent)
-    _report.write_section(SECTION, markdown, data, results_md=Path(results_md), results_dir=Path(results_dir))
+    results_page.write_section(SECTION, markdown, data, results_md=Path(results_md), results_dir=Path(results_dir))

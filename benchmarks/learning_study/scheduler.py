@@ -1,4 +1,4 @@
-"""Runs the cells of a grid that are not done yet, each in its own subprocess (:mod:`learning_study.child`),
+"""Runs the cells of a grid that are not done yet, each in its own subprocess (:mod:`benchmarks.learning_study.child`),
 ``jobs`` at a time: a finished run is skipped, a checkpointed one resumed, so rerunning an interrupted sweep
 continues it; past the deadline the runs in flight are interrupted (they save a checkpoint) and no new one starts."""
 
@@ -86,7 +86,7 @@ class Sweep:
         run.run_dir.mkdir(parents=True, exist_ok=True)
         spec = {"config": run.config, "setup": run.setup, "resume": status == "resume", "threads": self.threads}
         (run.run_dir / "spec.json").write_text(json.dumps(spec, indent=2) + "\n")
-        cmd = [sys.executable, "-m", "learning_study.child", str(run.run_dir)]
+        cmd = [sys.executable, "-m", "benchmarks.learning_study.child", str(run.run_dir)]
         env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
         paths = (str(ROOT), str(BENCHMARKS), env.get("PYTHONPATH", ""))  # r3l's packages, then this package
         env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)

@@ -11,7 +11,12 @@ from pathlib import Path
 from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parents[2]
-PUBLISHED = ("benchmarks/RESULTS.md", "benchmarks/learning/*.png")
+PUBLISHED = (
+    "benchmarks/RESULTS.md",
+    "benchmarks/learning/*.png",
+    "benchmarks/learning/*/*.png",
+    "benchmarks/results/learning*.json",
+)
 
 
 def on_files(files: Files, config) -> Files:

@@ -5,15 +5,13 @@ its statistics are right; a saved learning.json renders the same page again."""
 import dataclasses
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.learning_study import aggregate, cli, discussion, grid, page, report, rundir, scheduler, stats
 
-from learning_study import aggregate, cli, discussion, grid, page, report, rundir, scheduler, stats  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 CORRIDOR = grid.EnvSetting(
     env="r3ltest/Corridor-v0",

@@ -3,15 +3,13 @@ paired differences, optimiser steps and cut replies), the calibration table read
 chosen configurations, and the self-reflection rates; and the fair mode's grid."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.learning_study import aggregate, calibration_table, fair, grid, reflection_table, stats
 
-from learning_study import aggregate, calibration_table, fair, grid, reflection_table, stats  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_paired_p_values_match_the_t_table():

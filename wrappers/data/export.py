@@ -9,8 +9,8 @@ Two exports, each with its inverse:
   derived ``guided_mask``) are kept as lists; an ``advantage`` column is added when advantages are given.
   :func:`from_hf_dataset` rebuilds the objects.
 - The groups JSONL file (:func:`wrappers.data.trajectory.save_jsonl`) is described by a JSON schema of its format
-version,
-  shipped with the package (``wrappers/data/groups.schema.json``, :func:`groups_schema`), for consumers outside Python.
+  version, shipped with the package (``wrappers/data/groups.schema.json``, :func:`groups_schema`), for consumers
+  outside Python.
 
 Columns are derived from each object's ``to_dict()``, so fields added to the data model flow through without a
 change here: scalars and flat lists of scalars become columns as they are; anything nested (``turns``,
@@ -52,8 +52,7 @@ def to_rows(
         groups: the groups; ``group`` (their index) and ``group_task_id`` are added to every row.
         rows: ``"trajectories"`` (what an RL learner reads) or ``"samples"`` (the SFT samples).
         advantages: one list per group, one value per trajectory (e.g. from ``r3l_learn.algorithms.advantages``); adds
-        an
-            ``advantage`` column. Only for ``rows="trajectories"``.
+            an ``advantage`` column. Only for ``rows="trajectories"``.
     """
     if rows not in ("trajectories", "samples"):
         raise ValueError(f"rows must be 'trajectories' or 'samples', got {rows!r}")

@@ -114,8 +114,7 @@ def expert_rollouts(
 
     Args:
         envs: env instances (one per episode), or a :class:`wrappers.collectors.protocol.Collector` whose slots
-        ``0..n-1``
-            play the ``n`` episodes.
+            ``0..n-1`` play the ``n`` episodes.
         policy: whose tokenizer writes the replies and whose ``score`` gives their log-probs.
         config: how episodes are played (template, turn limit, history, constrained mode); sampling settings do
             not apply (nothing is sampled).
