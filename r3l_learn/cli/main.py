@@ -155,7 +155,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _warmup(args: argparse.Namespace) -> int:
-    from r3l_learn.loop.warmup import run_warmup_cli
+    from r3l_learn.cli.warmup_args import run_warmup_cli
 
     _require_env("warmup", args.env)
     return run_warmup_cli(args, _env_kwargs(args))
@@ -330,7 +330,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     wu = add_parser("warmup", "teach a model to follow guidance (SFT on guided expert turns)")
     _add_env_arguments(wu, required=True)
-    from r3l_learn.loop.warmup import add_warmup_arguments
+    from r3l_learn.cli.warmup_args import add_warmup_arguments
 
     add_warmup_arguments(wu)
     wu.set_defaults(func=_warmup, kwargs=[])

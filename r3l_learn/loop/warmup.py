@@ -28,7 +28,6 @@ and split, and the losses. Everything is a function of the seed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
@@ -480,65 +479,3 @@ def warmup(
 def replace_config(config: WarmupConfig, **changes: Any) -> WarmupConfig:
     """``config`` with ``changes`` (the fields left ``None`` keep their value)."""
     return replace(config, **{k: v for k, v in changes.items() if v is not None})
-
-
-# ---------------------------------------------------------------------------------------------------- r3l warmup
-def add_warmup_arguments(parser: Any) -> None:
-    """The flags of ``r3l warmup`` (besides ``--env``/``--env-kwargs``), each default from :class:`WarmupConfig`."""
-    from r3l_learn.cli.args import BooleanFlag
-    from r3l_learn.loop.config import ACTION_MODES
-    from r3l_learn.policies.models import DEFAULT_MODEL
-
-    d = WarmupConfig()
-    add = parser.add_argument
-    add("--out", required=True, default=argparse.SUPPRESS, help="the model folder to write, new or empty (required)")
-    add("--model", default=DEFAULT_MODEL, help="the starting model: an embedded model name or a local HF folder")
-    add("--episodes", type=int, default=d.episodes, help="train-split base episodes (episode i: seed --seed + i)")
-    add("--epochs", type=int, default=d.epochs, help="passes over the guided examples")
-    add("--lr", type=float, default=d.lr, help="AdamW learning rate")
-    add("--seed", type=int, default=d.seed, help="seeds the episodes, sampling, example order and torch")
-    add("--batch-size", type=int, default=d.batch_size, help="episodes played together, and examples per step")
-    add("--actions", choices=ACTION_MODES, default=d.actions, help="the action mode the retries will use")
-    add("--temperature", type=float, default=d.temperature, help="the bases' sampling temperature")
-    add("--max-turns", type=int, default=d.max_turns, help="turns per episode; None: the env's own limit")
-    add("--max-new-tokens", type=int, default=d.max_new_tokens, help="new tokens per free-text turn of a base")
-    add("--plan", choices=("step", "rest"), default=d.plan, help="the oracle's guidance: the next step(s) or the rest")
-    add("--reveal-steps", type=int, default=d.reveal_steps, help="with --plan step: expert actions the guidance names")
-    add(
-        "--targets",
-        choices=("named", "suffix"),
-        default=d.targets,
-        help="named: only the turns the guidance names carry loss; suffix: every expert turn from the pivot",
-    )
-    add(
-        "--unguided",
-        action=BooleanFlag,
-        default=d.unguided,
-        help="also train each pivot turn without guidance on the action the base chose (an anchor)",
-    )
-    add("--device", default="cpu", help='"cpu" or "cuda[:i]"')
-    add(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="bars on a terminal, a start and an end line per phase elsewhere; --no-progress: none",
-    )
-
-
-def run_warmup_cli(args: Any, env_kwargs: dict[str, Any]) -> int:
-    """``r3l warmup``: run :func:`warmup` from parsed flags and print where the model went."""
-    from r3l_learn.loop.progress import progress_default
-
-    config = WarmupConfig(**{k: v for k, v in vars(args).items() if k in WarmupConfig.__dataclass_fields__})
-    with progress_default(args.progress):
-        record = warmup(
-            args.env, args.out, model=args.model, config=config, env_kwargs=env_kwargs, device=args.device,
-            progress=args.progress,
-        )  # fmt: skip
-    data = record["data"]
-    print(
-        f"warm-up: {data['examples']} examples ({data['target_tokens']} target tokens) from {data['bases']} "
-        f"train-split episodes; loss {record['loss_before']:.3f} -> {record['final_loss']:.3f}"
-    )
-    print(f"model: {args.out} (r3l train/eval --model {args.out}); record: {Path(args.out) / 'warmup.json'}")
-    return 0
