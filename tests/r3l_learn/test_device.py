@@ -82,18 +82,8 @@ def test_unknown_values_are_refused():
 
 
 def test_benchmarks_record_the_cpu_kind(cpu):
-    import importlib.util
-    import sys
-    from pathlib import Path
+    from benchmarks import results_page as report
 
-    bench = Path(__file__).resolve().parents[2] / "benchmarks"
-    sys.path.insert(0, str(bench))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_report", bench / "_report.py")
-        report = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(report)
-    finally:
-        sys.path.remove(str(bench))
     facts = report.machine()
     assert facts["cpu_kind"] == device.cpu_kind()
     assert f"({facts['cpu_kind']})" in report.machine_line(facts)
