@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from r3l_learn.algorithms.advantages import get_advantage
+from r3l_learn.algorithms.advantages import ADVANTAGES, get_advantage
 from r3l_learn.algorithms.catalog import Algorithm
 from wrappers.data.trajectory import TrajectoryGroup
 
@@ -54,13 +54,16 @@ def rows_from_groups(
     *,
     hyper: Mapping[str, Any] | None = None,
     mask_truncated: bool = False,
+    advantage: str | None = None,
 ) -> list[Row]:
     """Policy rows (every trajectory's sequences with its advantage) followed by the auxiliary rows.
 
     Advantages are computed over each group's trajectories with ``algorithm.advantage``, its hyperparameters at
     their declared defaults except where ``hyper`` sets them (e.g. ``{"alpha": 2.0}``). A trajectory with a
     windowed history contributes one row per turn, all with the trajectory's advantage; one stopped before its
-    first reply has no training sequence and no row (it still counts in its group's advantages).
+    first reply has no training sequence and no row (it still counts in its group's advantages). ``advantage``
+    names another estimator to use instead (its hyperparameters from the algorithm's where it shares them, else
+    its defaults): the same rows, e.g. with R³L's plain advantage ``"mean_baseline"`` before amplification.
 
     With ``mask_truncated``, the tokens of replies cut at the token cap (``Turn.reply_cut``) get loss mask 0, so
     they carry no policy, KL or SFT loss (TRL's ``mask_truncated_completions``, DAPO's overlong filtering): a cut
@@ -76,8 +79,9 @@ def rows_from_groups(
             index.append(g)
     if not rewards:
         return []
-    fn = get_advantage(algorithm.advantage)
-    kwargs = algorithm.advantage_kwargs(algorithm.resolve_hyper(hyper))
+    name = algorithm.advantage if advantage is None else advantage
+    fn = get_advantage(name)
+    kwargs = ADVANTAGES.spec(name).kwargs(algorithm.resolve_hyper(hyper))
     adv = fn(torch.tensor(rewards, dtype=torch.float64), torch.tensor(index), **kwargs)
     rows, k = [], 0
     for g, group in enumerate(groups):

@@ -31,11 +31,28 @@ equally rewarded, and no aux sample) does not step the optimiser at all: no forw
 they were. Before this rule, GRPO's KL kept zero-advantage rows in the loss and stepped AdamW, with the momentum
 of its last real update, on batches without a win, while the other algorithms did not. The step still counts as
 a step of the run (the task stream moves on, the metrics record ``update/skipped_no_contrast``).
+
+**Where the gradient comes from** (:class:`UpdateStats`, :class:`UpdateResult`). Every term of the loss reads the
+policy through the per-token log-probs ``ℓ_t``, so ``|∂L/∂ℓ_t|`` is token ``t``'s weight in the gradient, whatever
+the objective, the KL term, the aux term and the aggregation. The backward pass keeps that gradient of each
+micro-batch's log-prob tensor and sums its magnitude over all rows and over the rows that come from retries (a
+retry, or an aux sample, which reflect-retry builds from retries): :attr:`UpdateStats.retry_share`. No extra pass.
+
+Asked with ``extra_advantages`` (per row, a part of its advantage), :func:`apply_update` also splits the gradient
+``g = g_without + g_extra``, ``g_extra`` being the gradient of the policy term with advantage ``extra`` on the rows
+where it is not 0, under the whole batch's denominators. R³L reads its amplification this way: ``extra = Â - A``
+(its advantage less the plain mean baseline). The split is exact where the objective is linear in the advantage
+(:data:`LINEAR_IN_ADVANTAGE`: ``reinforce``, R³L's, under every aggregation, all of which are linear in the
+per-token loss); PPO-clip is not (its clip depends on the advantage's sign), and :func:`apply_update` refuses it.
+``g_without`` is then the gradient of the same loss with ``A`` in place of ``Â``, except for a KL term on rows that
+``A`` would leave without signal (R³L has none: its KL coefficient is 0). The cost: one more forward and backward
+pass over the rows with a non-zero ``extra`` alone (R³L: the winners; none where no row is amplified).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +74,7 @@ from r3l_learn.algorithms.losses import (
 )
 
 __all__ = [
+    "LINEAR_IN_ADVANTAGE",
     "LossConfig",
     "UpdateResult",
     "UpdateStats",
@@ -64,12 +82,17 @@ __all__ = [
     "apply_update",
     "batch_loss",
     "carries_signal",
+    "from_retry",
     "optimizer_steps",
     "signal_rows",
 ]
 
 #: computes reference log-probs of a batch (no grad), for the KL term
 RefFn = Callable[[Batch], torch.Tensor]
+
+#: objectives whose per-token loss is linear in the advantage, so that the loss of a sum of advantages is the sum
+#: of their losses (what :func:`apply_update`'s ``extra_advantages`` needs)
+LINEAR_IN_ADVANTAGE = frozenset({"reinforce"})
 
 
 @dataclass(frozen=True)
@@ -172,6 +195,22 @@ class UpdateStats:
     tokens: int = 0  # every token that went through the model (context included)
     skipped_rows: int = 0
     finite: bool = True
+    grad_weight: float = 0.0  # Σ |∂L/∂ℓ_t| over the target tokens of every row (the module docstring)
+    retry_grad_weight: float = 0.0  # the same over the rows from retries (:func:`from_retry`)
+
+    @property
+    def retry_share(self) -> float | None:
+        """The share of the loss's gradient weight ``Σ |∂L/∂ℓ_t|`` on the rows from retries (retries and aux
+        samples); None where no token had any weight."""
+        if not self.grad_weight > 0:
+            return None
+        return self.retry_grad_weight / self.grad_weight
+
+
+def from_retry(row: Row) -> bool:
+    """Whether ``row`` comes from a retry: a retry trajectory's, or an aux sample (reflect-retry builds them from
+    its retries)."""
+    return row.aux or row.kind == "retry"
 
 
 def carries_signal(row: Row, config: LossConfig) -> bool:
@@ -195,6 +234,14 @@ def batch_loss(
     model: Any, batch: Batch, config: LossConfig, totals: _Totals, ref_fn: RefFn | None = None
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss contribution of one micro-batch (already normalised by the whole batch's totals)."""
+    loss, parts, _ = _batch_loss(model, batch, config, totals, ref_fn)
+    return loss, parts
+
+
+def _batch_loss(
+    model: Any, batch: Batch, config: LossConfig, totals: _Totals, ref_fn: RefFn | None
+) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
+    """:func:`batch_loss`, and the per-token log-probs ``(B, T)`` it was computed from."""
     logp = sequence_logprobs(
         model,
         batch.input_ids,
@@ -229,7 +276,7 @@ def batch_loss(
     zero = logp.sum() * 0.0  # keeps the graph (and the dtype) when a part is absent
     loss = zero + parts.get("policy", 0.0) + config.kl_coef * parts.get("kl", 0.0)
     loss = loss + config.aux_weight * parts.get("aux", 0.0)
-    return loss, {k: float(v.detach()) for k, v in parts.items()}
+    return loss, {k: float(v.detach()) for k, v in parts.items()}, logp
 
 
 def accumulate_gradients(
@@ -248,7 +295,21 @@ def accumulate_gradients(
     non-finite micro-batch loss and reports it (``finite=False``); the caller must then discard the gradients."""
     if config.properties.needs_reference and ref_fn is None:
         raise ValueError(f"objective {config.objective!r} needs reference log-probs: pass ref_fn")
-    totals = _Totals.of(rows)
+    return _accumulate(model, rows, config, _Totals.of(rows), micro_batch_size, pad_id, ref_fn, autocast)
+
+
+def _accumulate(
+    model: Any,
+    rows: Sequence[Row],
+    config: LossConfig,
+    totals: _Totals,
+    micro_batch_size: int,
+    pad_id: int,
+    ref_fn: RefFn | None,
+    autocast: torch.dtype | None,
+) -> UpdateStats:
+    """:func:`accumulate_gradients` under given denominators ``totals`` (the whole batch's, of which ``rows`` may
+    be a part)."""
     trainable = signal_rows(rows, config)
     stats = UpdateStats(skipped_rows=len(rows) - len(trainable))
     stats.target_tokens = int(totals.policy[0] + totals.aux[0])
@@ -257,11 +318,18 @@ def accumulate_gradients(
         batch = collate(chunk, pad_id).to(device)
         ctx = torch.autocast(device.type, dtype=autocast) if autocast is not None else contextlib.nullcontext()
         with ctx:
-            loss, parts = batch_loss(model, batch, config, totals, ref_fn)
+            loss, parts, logp = _batch_loss(model, batch, config, totals, ref_fn)
         if not math.isfinite(float(loss.detach())):
             stats.finite = False
             return stats
+        if logp.requires_grad:
+            logp.retain_grad()  # ∂L/∂ℓ_t: each token's weight in the gradient (kept, not changed)
         loss.backward()
+        if logp.grad is not None:
+            weight = torch.where(batch.loss_mask > 0, logp.grad.abs(), 0.0).sum(1)
+            retry = torch.tensor([from_retry(r) for r in chunk], device=weight.device)
+            stats.grad_weight += float(weight.sum())
+            stats.retry_grad_weight += float(weight[retry].sum())
         stats.loss += float(loss.detach())
         stats.policy_loss += parts.get("policy", 0.0)
         stats.aux_loss += parts.get("aux", 0.0)
@@ -274,12 +342,15 @@ def accumulate_gradients(
 class UpdateResult:
     """What :func:`apply_update` did: the accumulation's statistics, the gradient norm before clipping (None where
     no gradient was computed), and whether the optimiser stepped; ``no_contrast``: it did not, because no row
-    carried signal (otherwise a non-finite loss or gradient stopped it)."""
+    carried signal (otherwise a non-finite loss or gradient stopped it). With ``extra_advantages``, the norms of
+    the gradient's two parts (the module docstring)."""
 
     stats: UpdateStats
     grad_norm: float | None
     stepped: bool
     no_contrast: bool = False
+    extra_grad_norm: float | None = None  # ‖g_extra‖ of ``extra_advantages`` (None: not asked, or not finite)
+    grad_norm_without_extra: float | None = None  # ‖g - g_extra‖, before clipping as ``grad_norm``
 
 
 def apply_update(
@@ -293,21 +364,46 @@ def apply_update(
     grad_clip: float,
     ref_fn: RefFn | None = None,
     autocast: torch.dtype | None = None,
+    extra_advantages: Sequence[float] | None = None,
 ) -> UpdateResult:
     """One optimiser step on ``rows``, under the zero-contrast rule of the module docstring: a batch without a row
     of signal leaves the model and ``optimizer`` exactly as they were (no backward, no step, AdamW's state
     untouched); otherwise the gradients are accumulated, clipped to ``grad_clip`` and applied, unless the loss or
     gradient is not finite (then discarded). The gradients are zeroed before and after; the model is left in eval
-    mode."""
+    mode.
+
+    ``extra_advantages`` (one per row, 0 for a row not concerned; aux rows are never concerned) asks for the split
+    ``g = g_without + g_extra`` of the module docstring: ``g_extra`` is accumulated first, over the concerned rows
+    alone, under the whole batch's denominators and a fork of the RNGs, and set aside, so the step itself, its
+    gradient and the weights after it are exactly those of a call without it. Exact where the forward pass is
+    deterministic (no active dropout: the causal LMs trained here have none).
+
+    Raises:
+        ValueError: ``extra_advantages`` is not one per row, or the objective is not linear in the advantage
+            (:data:`LINEAR_IN_ADVANTAGE`), where the split does not hold.
+    """
+    if extra_advantages is not None:
+        if len(extra_advantages) != len(rows):
+            raise ValueError(f"{len(extra_advantages)} extra advantages for {len(rows)} rows: give one per row")
+        if config.objective not in LINEAR_IN_ADVANTAGE:
+            raise ValueError(
+                f"objective {config.objective!r} is not linear in the advantage, so its gradient does not split "
+                f"over a split advantage; the split holds for {sorted(LINEAR_IN_ADVANTAGE)}"
+            )
     if not signal_rows(rows, config):
         stats = UpdateStats(skipped_rows=len(rows), target_tokens=int(sum(r.num_target_tokens for r in rows)))
         return UpdateResult(stats, grad_norm=None, stepped=False, no_contrast=True)
     model.train()
     optimizer.zero_grad(set_to_none=True)
+    params = [p for p in model.parameters() if p.requires_grad]
     try:
+        extra = None
+        if extra_advantages is not None:
+            extra = _extra_gradients(model, rows, extra_advantages, config, params, micro_batch_size, pad_id, autocast)
         stats = accumulate_gradients(
             model, rows, config, micro_batch_size=micro_batch_size, pad_id=pad_id, ref_fn=ref_fn, autocast=autocast
         )
+        norms = _split_norms(params, extra) if extra is not None and stats.finite else (None, None)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
         stepped = stats.finite and math.isfinite(grad_norm)
         if stepped:
@@ -315,7 +411,52 @@ def apply_update(
     finally:
         optimizer.zero_grad(set_to_none=True)
         model.eval()
-    return UpdateResult(stats, grad_norm, stepped)
+    return UpdateResult(stats, grad_norm, stepped, extra_grad_norm=norms[0], grad_norm_without_extra=norms[1])
+
+
+def _extra_gradients(
+    model: Any,
+    rows: Sequence[Row],
+    extra_advantages: Sequence[float],
+    config: LossConfig,
+    params: list[torch.Tensor],
+    micro_batch_size: int,
+    pad_id: int,
+    autocast: torch.dtype | None,
+) -> list[torch.Tensor | None] | None:
+    """``g_extra`` per parameter of ``params`` (None: no gradient reached it), each parameter's ``.grad`` left
+    None; None where its loss is not finite. Only the concerned rows run, with advantage ``extra``; the policy
+    term alone (no KL, no aux), under the whole batch's denominators."""
+    concerned = [
+        dataclasses.replace(r, advantage=float(a))
+        for r, a in zip(rows, extra_advantages)
+        if a and not r.aux and r.num_target_tokens
+    ]
+    if not concerned:
+        return [None] * len(params)
+    device = next(model.parameters()).device
+    policy_only = dataclasses.replace(config, kl_coef=0.0)  # the aux rows still count in the denominators
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        stats = _accumulate(model, concerned, policy_only, _Totals.of(rows), micro_batch_size, pad_id, None, autocast)
+    grads = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    return grads if stats.finite else None
+
+
+def _split_norms(params: list[torch.Tensor], extra: list[torch.Tensor | None]) -> tuple[float, float]:
+    """``(‖g_extra‖, ‖g - g_extra‖)`` with ``g`` in ``params``' ``.grad`` (not changed), each taken as
+    ``clip_grad_norm_`` takes ``‖g‖``: so ``‖g - 0‖`` is ``grad_norm`` to the bit."""
+    parts = [(p.grad, e) for p, e in zip(params, extra) if p.grad is not None or e is not None]
+    rest = [g - e if g is not None and e is not None else g if e is None else -e for g, e in parts]
+    return _total_norm([e for _, e in parts if e is not None]), _total_norm(rest)
+
+
+def _total_norm(tensors: list[torch.Tensor]) -> float:
+    """The 2-norm of ``tensors`` together, computed as ``torch.nn.utils.clip_grad_norm_`` computes it."""
+    if not tensors:
+        return 0.0
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t) for t in tensors])))
 
 
 def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:

@@ -34,6 +34,7 @@ RESUMABLE_CHANGES = frozenset(
     {"steps", "eval_every", "eval_episodes", "eval_before", "progress", "checkpoint_every", "save_final"}
     | {"prompt_cache_mb", "micro_batch_size", "shared_prefix_min", "shared_prefix_tree"}  # speed and memory only
     | {"ray", "ray_workers", "ray_cpus", "ray_memory_mb"}  # where envs run never changes what they return
+    | {"measure_amplification"}  # a measurement beside the step, whose weights it leaves bit-identical
 )
 
 #: fields added with a default that differs from what runs saved before them did: the value those runs ran with
@@ -263,6 +264,12 @@ class TrainConfig:
     checkpoint_every: int = _f(10, "steps between checkpoints; 0: only at the end and on Ctrl-C")
     keep_checkpoints: int = _f(2, "newest checkpoints kept on disk")
     max_bad_steps: int = _f(3, "consecutive non-finite steps before giving up")
+    measure_amplification: bool = _f(
+        False,
+        "log how much of the gradient R³L's positive amplification makes (mechanism/amplification_grad_share, "
+        "mechanism/grad_norm_without_amplification): one more forward and backward pass per step over the "
+        "amplified rows; the step itself is unchanged. Only for an advantage that amplifies (r3l's)",
+    )
     save_final: bool = _f(True, "write the trained model (or adapters) to out_dir/final")
     tensorboard: bool = _f(True, "also log to out_dir/tensorboard (needs the tensorboard package)")
     progress: bool = _f(True, "a progress bar with live reward and success")

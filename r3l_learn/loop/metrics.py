@@ -20,6 +20,9 @@ PLOTS: dict[str, tuple[str, ...]] = {
     "success": ("train/success", "eval/success_rate", "eval/first_attempt_success"),
     "retries": ("retry/beat_base_rate", "retry/retry_success_rate", "retry/parse_rate"),
     "loss": ("loss/total", "loss/policy", "loss/aux"),
+    # reflect-then-retry's mechanism (r3l_learn.loop.mechanism): where the gradient comes from, and the rescues
+    "mechanism": ("mechanism/retry_loss_share", "mechanism/amplification_grad_share"),
+    "rescues": ("mechanism/groups", "mechanism/all_bases_failed", "mechanism/rescued"),
     "throughput": ("speed/train_tokens_per_s", "speed/generated_tokens_per_s"),
 }
 

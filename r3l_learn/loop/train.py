@@ -35,8 +35,9 @@ from r3l_learn.loop.checkpoints import ResumeError, latest_checkpoint, rng_state
 from r3l_learn.loop.config import RESUMABLE_CHANGES, TrainConfig, config_from_dict
 from r3l_learn.loop.evaluate import EvalSummary, evaluate
 from r3l_learn.loop.groups import GroupBuilder, groups_with_contrast, make_group_builder
+from r3l_learn.loop.mechanism import amplification_extras, measures_amplification, mechanism_metrics
 from r3l_learn.loop.metrics import MetricsLogger, read_metrics
-from r3l_learn.loop.prebuild import has_content_to_build, prebuild, reset_task_ids
+from r3l_learn.loop.prebuild import eval_task_ids, has_content_to_build, prebuild
 from r3l_learn.loop.progress import phase, progress_default
 from r3l_learn.loop.setup import (
     TaskStream,
@@ -198,6 +199,14 @@ def _build(config: TrainConfig) -> _Run:
         **kl,
     )
     autocast = torch.bfloat16 if resolve_autocast(config.autocast, config.device) == "bf16" else None
+    if config.measure_amplification and not measures_amplification(algo, loss):
+        logger.warning(
+            "--measure-amplification: %s does not amplify its advantages under a linear objective (advantage %s, "
+            "objective %s); its mechanism/amplification_* metrics stay None",
+            algo.name,
+            algo.advantage,
+            loss.objective,
+        )
 
     torch.manual_seed(config.seed)
     policy = load_train_policy(config)
@@ -337,7 +346,7 @@ def _prebuild(run: _Run) -> None:
         try:
             first = _eval_seed(config)
             tasks.setdefault(config.eval_split, []).extend(
-                reset_task_ids(env, range(first, first + config.eval_episodes)) or []
+                eval_task_ids(env, first, config.eval_episodes) or []
             )
         finally:
             env.close()
@@ -398,9 +407,12 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
         groups = built = run.builder.collect(run.stream.take(config.tasks_per_step), seed=seed)
     t1, c1 = time.perf_counter(), time.process_time()
     rows = rows_from_groups(groups, run.algo, hyper=run.hyper, mask_truncated=run.config.mask_truncated)
+    extras = None
+    if config.measure_amplification and measures_amplification(run.algo, run.loss):
+        extras = amplification_extras(groups, rows, run.algo, hyper=run.hyper, mask_truncated=config.mask_truncated)
     with interrupts.critical():  # a Ctrl-C here waits until the step is applied and logged
         run.doing, run.backwards, run.rows = "updating", 0, len(rows)
-        result = _update(run, rows)
+        result = _update(run, rows, extras)
         # only a non-finite loss or gradient is a bad step; a step without contrast ran nothing, so it neither
         # counts as one nor breaks a run of them
         ok = result.stepped or result.no_contrast
@@ -431,10 +443,11 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
             )
 
 
-def _update(run: _Run, rows: list[Row]) -> UpdateResult:
+def _update(run: _Run, rows: list[Row], extras: list[float] | None = None) -> UpdateResult:
     """One optimiser step on ``rows`` (:func:`r3l_learn.algorithms.update.apply_update`: none on a batch without
     contrast,
-    nor where the loss or gradient is not finite); the rollout policy gets the new weights when it stepped."""
+    nor where the loss or gradient is not finite); the rollout policy gets the new weights when it stepped.
+    ``extras``: per row, the part of its advantage whose gradient is measured apart (``Â - A``), or None."""
     model = run.model
     # one gradient per backward pass reaches any trainable leaf: counting them counts the micro-batches done
     first = next(p for p in model.parameters() if p.requires_grad)
@@ -450,6 +463,7 @@ def _update(run: _Run, rows: list[Row]) -> UpdateResult:
             grad_clip=run.config.grad_clip,
             ref_fn=run.ref_fn,
             autocast=run.autocast,
+            extra_advantages=extras,
         )
     finally:
         hook.remove()
@@ -571,7 +585,7 @@ def _step_metrics(
     ``skipped``: a non-finite loss or gradient discarded the update; ``update/skipped_no_contrast``: no row carried
     signal, so the optimiser did not step (the zero-contrast rule of :mod:`r3l_learn.algorithms.update`). The loss
     entries
-    are None in both cases."""
+    are None in both cases. ``mechanism/*``: what reflect-then-retry did (:mod:`r3l_learn.loop.mechanism`)."""
     upd, grad_norm, ok = result.stats, result.grad_norm, result.stepped
     trajs = [t for g in groups for t in g.trajectories]
     bases = [t for t in trajs if t.kind == "base"]
@@ -600,6 +614,7 @@ def _step_metrics(
         "speed/update_cpu_s": cpu_updated - cpu_collected,
         "speed/generated_tokens_per_s": generated / max(collected - start, 1e-9),
         "speed/train_tokens_per_s": upd.tokens / max(updated - collected, 1e-9),
+        **mechanism_metrics(groups, result),
     }
     if algo.reflect_retry:
         stats = aggregate_stats(groups)
