@@ -45,12 +45,14 @@ class EvalSummary:
     stop_reasons: dict[str, int]
     seconds: float
     tokens_per_second: float
+    distinct_tasks: int = 0  # how many different tasks the episodes played
     interrupted: bool = False  # stopped by Ctrl-C: the aggregates cover the episodes finished before it
 
     def lines(self) -> list[str]:
         stopped = " (interrupted: the episodes finished before Ctrl-C)" if self.interrupted else ""
         return [
-            f"{self.env_id} [{self.split}]: {self.episodes} episodes in {self.seconds:.1f} s{stopped}",
+            f"{self.env_id} [{self.split}]: {self.episodes} episodes ({self.distinct_tasks} distinct tasks) in "
+            f"{self.seconds:.1f} s{stopped}",
             f"  success rate  {self.success_rate:.3f}",
             f"  mean score    {self.mean_score:.3f}   (mean reward {self.mean_reward:.3f})",
             f"  mean turns    {self.mean_turns:.2f}   (parse errors per turn {self.parse_error_rate:.3f})",
@@ -116,6 +118,7 @@ def _summarise(
         stop_reasons=dict(Counter(t.stop_reason for t in trajs)),
         seconds=seconds,
         tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
+        distinct_tasks=len({t.task_id for t in trajs}),
         interrupted=interrupted,
     )
 
@@ -137,6 +140,9 @@ def evaluate(
     """Play ``episodes`` episodes of ``env_id`` (episode i resets with seed ``seed + i``), ``batch_size`` at
     a time with generation batched across them; optionally write the trajectories to ``out`` (JSONL).
 
+    The episodes play distinct tasks of the split (:func:`r3l_learn.loop.prebuild.eval_task_ids`, an order fixed
+    by ``seed``) while it has enough; ``EvalSummary.distinct_tasks`` says how many there were.
+
     With ``progress`` (see :mod:`r3l_learn.loop.progress`), content the episodes need that is not cached yet (TextWorld
     games) is built first under a bar of its own; then a bar named ``desc`` (default: the env id) counts episodes
     as they finish (after the round that ends each, not when its whole batch does), and its postfix says which turn
@@ -146,7 +152,7 @@ def evaluate(
     (those of the interrupted batch included) are summarised and written to ``out``, and
     :class:`EvaluationInterrupted` (a ``KeyboardInterrupt``) carries them to the caller.
     """
-    from r3l_learn.loop.prebuild import has_content_to_build, prebuild, reset_task_ids
+    from r3l_learn.loop.prebuild import eval_task_ids, has_content_to_build, prebuild
 
     if episodes < 1 or batch_size < 1:
         raise ValueError(f"episodes and batch_size must be >= 1, got {episodes} and {batch_size}")
@@ -155,8 +161,8 @@ def evaluate(
     live: list[AgentEpisode] = []  # the running batch's episodes, as of its last round
     start = time.perf_counter()
     try:
-        if has_content_to_build(env_id):
-            tasks = reset_task_ids(envs[0], range(seed, seed + episodes)) or []
+        tasks = eval_task_ids(envs[0], seed, episodes)
+        if tasks and has_content_to_build(env_id):
             prebuild(env_id, env_kwargs, {split: tasks}, progress=progress)
         desc = desc or env_id
         show = _Progress(policy, trajs, live, (config or RolloutConfig()).max_turns)
@@ -165,8 +171,11 @@ def evaluate(
             for first in range(0, episodes, len(envs)):
                 k = min(len(envs), episodes - first)
                 seeds = [seed + first + i for i in range(k)]
+                task_ids = tasks[first : first + k] if tasks is not None else None
                 show.start_batch()
-                batch = rollout_batch(envs[:k], policy, config, seeds=seeds, seed=seed + first, on_round=show)
+                batch = rollout_batch(
+                    envs[:k], policy, config, seeds=seeds, task_ids=task_ids, seed=seed + first, on_round=show
+                )
                 live.clear()
                 trajs.extend(batch)
                 show.end_batch(k)

@@ -14,11 +14,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.utils import seeding
 
 from r3l_learn.loop.progress import phase
 
-__all__ = ["has_content_to_build", "prebuild", "reset_task_ids"]
+__all__ = ["eval_task_ids", "has_content_to_build", "prebuild", "reset_task_ids"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,29 @@ def reset_task_ids(env: gym.Env, seeds: Iterable[int]) -> list[str] | None:
     if len(ids) == 0:
         return []
     return [ids[int(seeding.np_random(seed)[0].integers(len(ids)))] for seed in seeds]
+
+
+def eval_task_ids(env: gym.Env, seed: int, episodes: int) -> list[str] | None:
+    """The tasks an eval of ``episodes`` episodes plays: distinct tasks of ``env``'s split, in an order fixed by
+    ``seed``, each once before any repeats (a split with fewer tasks than episodes is cycled, reshuffled per pass);
+    ``None`` for an env whose tasks are not listed (it draws them from the reset seed).
+
+    Held-out success is then a mean over distinct tasks: drawing each episode's task with its reset seed, as
+    training does, repeats tasks (64 draws from 500 repeat about 4) and counts those twice.
+    """
+    from r3l_envs.core import TextEnv
+
+    base = env.unwrapped
+    if not isinstance(base, TextEnv) or episodes < 1:
+        return None
+    ids = base.task_ids
+    if len(ids) == 0:
+        return []
+    rng = np.random.default_rng([seed, episodes])
+    order: list[int] = []
+    while len(order) < episodes:  # sampling without replacement: no permutation of a huge split is built
+        order += [int(i) for i in rng.choice(len(ids), size=min(len(ids), episodes - len(order)), replace=False)]
+    return [ids[i] for i in order]
 
 
 def has_content_to_build(env_id: str) -> bool:

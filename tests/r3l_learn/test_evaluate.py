@@ -13,22 +13,34 @@ from wrappers import RolloutConfig, load_jsonl, rollout_batch
 pytest.importorskip("transformers")
 
 from r3l_learn.loop.evaluate import EvaluationInterrupted, evaluate
+from r3l_learn.loop.prebuild import eval_task_ids
 from r3l_learn.policies.scripted import ScriptedPolicy
 
 
 class CountdownSolver:
     """Answers Countdown tasks from an answer key; interrupts itself (a real SIGINT, as Ctrl-C sends) on reply
-    number ``interrupt_at``. Tasks with an even seed get the solution, the others a wrong answer (all of them
-    with ``wrong``)."""
+    number ``interrupt_at``. The tasks come in play order (``options``: each reset's options); the even-numbered
+    ones get the solution, the others a wrong answer (all of them with ``wrong``)."""
 
-    def __init__(self, seeds, interrupt_at=None, wrong=False):
+    def __init__(self, options, interrupt_at=None, wrong=False):
         env = gym.make("r3l/Countdown-v0", split="test")
         self.key = {}
-        for seed in seeds:
-            env.reset(seed=seed)
+        for i, reset in enumerate(options):
+            env.reset(**reset)
             task = env.unwrapped.current_task
-            self.key[task.problem] = task.reference if seed % 2 == 0 and not wrong else "1 + 1"
+            self.key[task.problem] = task.reference if i % 2 == 0 and not wrong else "1 + 1"
         self.interrupt_at, self.calls = interrupt_at, 0
+
+    @classmethod
+    def for_eval(cls, episodes, seed=0, **kwargs):
+        """The solver of the tasks ``evaluate(episodes=episodes, seed=seed)`` plays."""
+        tasks = eval_task_ids(gym.make("r3l/Countdown-v0", split="test"), seed, episodes)
+        return cls([{"options": {"task_id": t}} for t in tasks], **kwargs)
+
+    @classmethod
+    def for_seeds(cls, seeds, **kwargs):
+        """The solver of the tasks resets with ``seeds`` play."""
+        return cls([{"seed": s} for s in seeds], **kwargs)
 
     def __call__(self, prompt_text: str) -> str:
         self.calls += 1
@@ -40,8 +52,7 @@ class CountdownSolver:
 
 def test_ctrl_c_keeps_and_writes_the_finished_episodes(tmp_path):
     # One batch of 4: the even seeds win on turn 1 (round 1); Ctrl-C arrives while round 2 is generated.
-    seeds = range(4)
-    solver = CountdownSolver(seeds, interrupt_at=4 + 1)
+    solver = CountdownSolver.for_eval(4, interrupt_at=4 + 1)
     out = tmp_path / "eval.jsonl"
     with pytest.raises(EvaluationInterrupted) as stop:
         evaluate("r3l/Countdown-v0", ScriptedPolicy(solver), episodes=4, batch_size=4, out=out, progress=False)
@@ -55,9 +66,8 @@ def test_ctrl_c_keeps_and_writes_the_finished_episodes(tmp_path):
 
 
 def test_ctrl_c_between_batches_keeps_the_earlier_batches(tmp_path):
-    seeds = range(4)
-    # batch 1 (seeds 0, 1) takes 1 + 3 replies; the next generate call (batch 2, round 1) is interrupted
-    solver = CountdownSolver(seeds, interrupt_at=5)
+    # batch 1 (episodes 0, 1) takes 1 + 3 replies; the next generate call (batch 2, round 1) is interrupted
+    solver = CountdownSolver.for_eval(4, interrupt_at=5)
     out = tmp_path / "eval.jsonl"
     with pytest.raises(EvaluationInterrupted) as stop:
         evaluate("r3l/Countdown-v0", ScriptedPolicy(solver), episodes=4, batch_size=2, out=out, progress=False)
@@ -66,7 +76,7 @@ def test_ctrl_c_between_batches_keeps_the_earlier_batches(tmp_path):
 
 
 def test_an_uninterrupted_run_is_not_marked():
-    solver = CountdownSolver(range(2))
+    solver = CountdownSolver.for_eval(2)
     summary, trajs = evaluate("r3l/Countdown-v0", ScriptedPolicy(solver), episodes=2, progress=False)
     assert not summary.interrupted and "interrupted" not in summary.lines()[0] and len(trajs) == 2
 
@@ -81,7 +91,7 @@ def test_progress_shows_turns_and_tokens_within_an_episode(monkeypatch):
 
     err = Terminal()
     monkeypatch.setattr(sys, "stderr", err)
-    solver = CountdownSolver([1, 2], wrong=True)  # wrong answers: 3 attempts each
+    solver = CountdownSolver.for_eval(2, seed=1, wrong=True)  # wrong answers: 3 attempts each
     evaluate("r3l/Countdown-v0", ScriptedPolicy(solver), episodes=2, seed=1, progress=True)
     text = err.getvalue()
     for turn in (1, 2, 3):
@@ -90,7 +100,7 @@ def test_progress_shows_turns_and_tokens_within_an_episode(monkeypatch):
 
 
 def test_on_round_sees_every_round():
-    solver = CountdownSolver([0, 1])
+    solver = CountdownSolver.for_seeds([0, 1])
     envs = [gym.make("r3l/Countdown-v0", split="test") for _ in range(2)]
     seen = []
     trajs = rollout_batch(
@@ -102,3 +112,21 @@ def test_on_round_sees_every_round():
     )
     assert seen == [[1, 1], [1, 2], [1, 3]]
     assert [t.num_turns for t in trajs] == [1, 3]
+
+
+def test_an_eval_plays_distinct_tasks_while_the_split_has_enough():
+    """64 episodes of a 64-task split play each task once (drawing each episode's task from its reset seed
+    repeated about a third of them); beyond the split's size every task is played before any repeats."""
+    env = gym.make("r3l/TextWorld-v0", split="test", game_type="coin_collector", difficulty=2, max_tasks=64)
+    ids = list(env.unwrapped.task_ids)
+    assert len(ids) == 64
+    assert sorted(eval_task_ids(env, 0, 64)) == sorted(ids)
+    tasks = eval_task_ids(env, 0, 100)
+    assert sorted(tasks[:64]) == sorted(ids) and len(set(tasks[64:])) == 36
+    assert eval_task_ids(env, 0, 10) == eval_task_ids(env, 0, 10) != eval_task_ids(env, 1, 10)
+
+
+def test_the_summary_counts_the_distinct_tasks():
+    summary, trajs = evaluate("r3l/Countdown-v0", ScriptedPolicy(CountdownSolver.for_eval(6)), episodes=6)
+    assert summary.distinct_tasks == len({t.task_id for t in trajs}) == 6
+    assert "6 distinct tasks" in summary.lines()[0]
