@@ -345,9 +345,7 @@ def _prebuild(run: _Run) -> None:
         env = gym.make(config.env, split=config.eval_split, **config.env_kwargs)
         try:
             first = _eval_seed(config)
-            tasks.setdefault(config.eval_split, []).extend(
-                eval_task_ids(env, first, config.eval_episodes) or []
-            )
+            tasks.setdefault(config.eval_split, []).extend(eval_task_ids(env, first, config.eval_episodes) or [])
         finally:
             env.close()
     prebuild(config.env, config.env_kwargs, tasks, progress=config.progress)
