@@ -135,6 +135,13 @@ def test_the_amplification_split_matches_direct_gradients():
     groups = _r3l_groups()
     rows = rows_from_groups(groups, R3L)
     plain = rows_from_groups(groups, R3L, advantage="mean_baseline")
+    # A = r - mean_group(r), by hand; R³L's Â = 3·A where A > 0 and α = 3 for a full success
+    assert [r.advantage for r in plain if not r.aux] == pytest.approx(
+        [-0.25, -0.25, 0.75, -0.25, 0.3125, -0.1875, 0.0625, -0.1875, 0.0, 0.0]
+    )
+    assert [r.advantage for r in rows if not r.aux] == pytest.approx(
+        [-0.25, -0.25, 3.0, -0.25, 0.9375, -0.1875, 0.1875, -0.1875, 3.0, 3.0]
+    )
     extras = amplification_extras(groups, rows, R3L)
     assert any(extras) and not all(extras)
     loss = LossConfig.for_algorithm(R3L)
@@ -198,8 +205,6 @@ def test_an_objective_not_linear_in_the_advantage_is_refused():
 
 # ------------------------------------------------------------------------------------------------ the loop
 def test_measure_amplification_is_a_boolean_flag_of_r3l_train():
-    import argparse
-
     from r3l_learn.cli.train_args import ConfigArgumentParser, add_train_arguments, config_from_args
 
     parser = ConfigArgumentParser()
@@ -207,7 +212,7 @@ def test_measure_amplification_is_a_boolean_flag_of_r3l_train():
     given = config_from_args(parser.parse_args(["--measure-amplification"]))
     assert given.measure_amplification is True
     assert config_from_args(parser.parse_args([])).measure_amplification is False
-    assert isinstance(parser.parse_args(["--no-measure-amplification"]), argparse.Namespace)
+    assert config_from_args(parser.parse_args(["--no-measure-amplification"])).measure_amplification is False
 
 
 def _run(tmp_path, name: str, **overrides):
