@@ -27,7 +27,12 @@ SPEED_SUMS = (
 VARYING = (
     *("env", "env_kwargs", "algo", "ablations", "reflector", "max_turns", "max_new_tokens", "actions"),
     "temperature",  # the training temperature, where an env sets its own
+    "lr",  # a mode may set it per method or per cell (a learning rate chosen beforehand)
+    "measure_amplification",  # measured in the reflect-retry cells only (one more backward pass per step)
 )
+
+#: the per-step counts and shares of reflect-then-retry's mechanism the learner logs (``mechanism/*``)
+MECHANISM = ("groups", "all_bases_failed", "rescued", "retry_loss_share", "amplification_grad_share")
 
 
 def summary_name(summary: dict[str, Any]) -> str:
@@ -76,6 +81,11 @@ def run_summary(run: Run, machine: str | None = None) -> dict[str, Any]:
             }
         )
     timed_evals = [r for r in records if _num(r.get("eval/cpu_s")) is not None]
+    mechanism = [
+        {"step": r["step"], **{k: _num(r.get(f"mechanism/{k}")) for k in MECHANISM}}
+        for r in steps
+        if any(f"mechanism/{k}" in r for k in MECHANISM)
+    ]
     first = next((c for c in curve if c["step"] == 0), None)
     last = next((c for c in curve if c["step"] == run.config["steps"]), None)
     tries = attempts(run.run_dir)
@@ -93,6 +103,8 @@ def run_summary(run: Run, machine: str | None = None) -> dict[str, Any]:
         "before": first,
         "after": last,
         "trajectories": sum(s.get("train/trajectories", 0) for s in steps),
+        # the budget every method gets, under the name the pre-registered study's records use
+        "sampled_trajectories": sum(s.get("train/trajectories", 0) for s in steps),
         # steps whose gradient was not zero: with equal rewards in every group (and no aux sample, no KL drift) a
         # step has nothing to learn from (only weight decay and Adam's momentum move the weights)
         "updates": sum(1 for s in steps if (_num(s.get("grad_norm")) or 0.0) > 0),
@@ -116,6 +128,7 @@ def run_summary(run: Run, machine: str | None = None) -> dict[str, Any]:
         "shared_prefix_min": run.config.get("shared_prefix_min"),
         "lr": run.config.get("lr"),
         "carried": False,
+        **({"mechanism": mechanism} if mechanism else {}),
     }
 
 
@@ -259,9 +272,10 @@ def aggregate(
     per_run = [carried.get(r.name) or run_summary(r, machine) for r in runs]
 
     # Runs that did not evaluate the initial model themselves (``eval_before`` off) take the eval of the run of
-    # the same (env, seed) that did: same model, same episodes, same seeds, same arithmetic (autocast).
+    # the same (env, seed) that did: same model, same episodes, same seeds, same arithmetic (autocast). Where the
+    # held-out episodes are the same for every seed (``before_once_per_env``), of the run of the same env.
     def key(s: dict[str, Any]) -> tuple[Any, ...]:
-        return s["env"], s["seed"], s.get("autocast")
+        return s["env"], None if mode.before_once_per_env else s["seed"], s.get("autocast")
 
     initial = {key(s): s["before"] for s in per_run if s["finished"] and s["before"] and not s.get("before_shared")}
     for s in per_run:
@@ -292,7 +306,7 @@ def aggregate(
     for env in mode.envs:
         for method in (m for m in mode.methods if mode.runs_on(m, env)):
             have = set(cells[f"{method}|{env}"]["seeds"])
-            lacking = [s for s in mode.seeds_of(env) if s not in have]
+            lacking = [s for s in mode.seeds_for(method, env) if s not in have]
             stale = [r["seed"] for r in per_run if r["env"] == env and r["method"] == method and r["stale"]]
             if lacking:
                 missing.append({"env": env, "method": method, "seeds": lacking, "stale": stale})

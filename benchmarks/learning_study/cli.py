@@ -9,6 +9,13 @@ Usage (``benchmarks/learning.py`` is this module's command line)::
     python -m benchmarks.learning --mode quick --report-only    # re-aggregate existing runs
     python -m benchmarks.learning --from-json benchmarks/results/learning.json  # re-render a saved report
 
+The pre-registered study (:mod:`benchmarks.learning_study.prereg`), from a start model made by ``r3l warmup``::
+
+    python -m benchmarks.learning --mode prereg-valid --model PATH --time-budget 240   # resumable
+    python -m benchmarks.learning --mode prereg-valid --model PATH --preregister       # writes results/prereg.json
+    git add benchmarks/results/prereg.json && git commit ...                           # before the test stage
+    python -m benchmarks.learning --mode prereg --model PATH --time-budget 240         # resumable
+
 On a fresh machine (no run directories) a sweep or report continues from the committed
 ``benchmarks/results/learning.json``: its finished runs count as done for the same cells (made on another CPU kind
 too; the page says which), and only the rest run. ``--no-saved`` uses the run directories alone.
@@ -31,9 +38,21 @@ from benchmarks import results_page
 from r3l_learn.policies.device import cpu_kind
 
 from . import BENCHMARKS, ROOT
+from .aggregate import aggregate
 from .child import register_setup
-from .grid import CPU_AUTOCAST, ENVS, METHODS, MODES, Run, build_grid
-from .report import SECTION, rewrite_report, write_report
+from .grid import CPU_AUTOCAST, ENVS, METHODS, MODES, Method, Mode, Run, build_grid
+from .prereg import (
+    PREREG_JSON,
+    PREREG_MODES,
+    VALID,
+    check_registered,
+    read_prereg,
+    registration,
+    test_mode,
+    valid_mode,
+    write_prereg,
+)
+from .report import rewrite_report, section_of, write_report
 from .scheduler import sweep
 
 logger = logging.getLogger("bench.learning")
@@ -42,14 +61,16 @@ logger = logging.getLogger("bench.learning")
 def build_parser() -> argparse.ArgumentParser:
     """The options of ``python -m benchmarks.learning``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=sorted(MODES), default="quick")
+    parser.add_argument("--mode", choices=sorted({*MODES, *PREREG_MODES}), default="quick")
     parser.add_argument("--out-root", type=Path, default=None, help="run directories (default runs/learning/MODE)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: free cores / jobs)")
     parser.add_argument("--envs", nargs="*", default=None, help="run only these envs (the page shows the whole grid)")
     parser.add_argument("--methods", nargs="*", default=None, help="run only these methods")
     parser.add_argument("--seeds", nargs="*", type=int, default=None, help="run only these seeds")
-    parser.add_argument("--model", default=None, help="override the mode's model")
+    parser.add_argument(
+        "--model", default=None, help="override the mode's model (prereg modes: the start model folder, required)"
+    )
     parser.add_argument("--device", default=None, help="override the mode's device (e.g. cuda)")
     parser.add_argument("--time-budget", type=float, default=None, help="minutes; then stop (resumable)")
     parser.add_argument("--run-timeout", type=float, default=None, help="minutes per run; then interrupt it")
@@ -76,7 +97,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--from-json", type=Path, default=None, help="render the page and plots again from a saved learning.json"
     )
+    parser.add_argument(
+        "--preregister",
+        action="store_true",
+        help="prereg-valid: write RESULTS_DIR/prereg.json from the finished valid stage (commit it before prereg)",
+    )
+    parser.add_argument("--force", action="store_true", help="with --preregister: replace an existing prereg.json")
     return parser
+
+
+def resolve_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[Mode, dict[str, Method]]:
+    """The mode to run and its methods: a fixed mode of ``MODES``, or a stage of the pre-registered study (the
+    test stage built from ``RESULTS_DIR/prereg.json``, and refused where it differs from it)."""
+    if args.mode not in PREREG_MODES:
+        mode = MODES[args.mode]
+        return (dataclasses.replace(mode, model=args.model) if args.model else mode), METHODS
+    if not args.model:
+        parser.error(f"--mode {args.mode} needs --model PATH: the start model folder (made by r3l warmup)")
+    if args.mode == VALID:
+        return valid_mode(args.model)
+    try:
+        registered = read_prereg(args.results_dir / PREREG_JSON)
+    except (FileNotFoundError, ValueError) as err:
+        raise SystemExit(str(err)) from None
+    problems = check_registered(registered, args.model)
+    if problems:
+        raise SystemExit("the test stage would not run what was pre-registered: " + "; ".join(problems))
+    return test_mode(registered, args.model)
 
 
 def default_plots_dir(mode: str) -> Path:
@@ -105,19 +152,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         name = json.loads(args.from_json.read_text()).get("mode", {}).get("name", "")
         plots_dir = args.plots_dir or default_plots_dir(name)
         rewrite_report(args.from_json, results_md=args.results_md, results_dir=args.results_dir, plots_dir=plots_dir)
-        logger.info("%s: section %r rendered again from %s", args.results_md, SECTION, args.from_json)
+        logger.info("%s: section %r rendered again from %s", args.results_md, section_of(name), args.from_json)
         return 0
+    if args.preregister and args.mode != VALID:
+        parser.error(f"--preregister registers the valid stage's choices: use it with --mode {VALID}")
 
     # A sweep started in the background (nohup, &) inherits SIGINT ignored; stopping it must still let the runs in
     # flight save their checkpoints, so SIGINT and SIGTERM both raise KeyboardInterrupt in the sweeping thread.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.default_int_handler)
-    mode = MODES[args.mode]
+    mode, methods = resolve_mode(args, parser)
     logger.info("CPU: %s; CPU modes use autocast %s", cpu_kind(), CPU_AUTOCAST)
-    overrides = {k: v for k, v in (("model", args.model), ("device", args.device)) if v}
-    if overrides:
-        mode = dataclasses.replace(mode, **overrides)
-    for name, given, known in (("envs", args.envs, ENVS), ("methods", args.methods, METHODS)):
+    if args.device:
+        mode = dataclasses.replace(mode, device=args.device)
+    for name, given, known in (("envs", args.envs, ENVS), ("methods", args.methods, methods)):
         unknown = sorted(set(given or ()) - set(known))
         if unknown:
             parser.error(f"unknown {name} {unknown}; choose among {sorted(known)}")
@@ -131,15 +179,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     command = "python -m benchmarks.learning " + shlex.join(sys.argv[1:] if argv is None else list(argv))
-    saved = None if args.no_saved else load_saved(args.saved or args.results_dir / "learning.json", mode.name)
+    saved_path = args.saved or args.results_dir / f"{section_of(mode.name)}.json"
+    saved = None if args.no_saved else load_saved(saved_path, mode.name)
     if saved is not None:
-        logger.info("finished runs of %s count as done where no run dir holds them", args.saved or "learning.json")
+        logger.info("finished runs of %s count as done where no run dir holds them", saved_path)
     if args.report_only:
-        runs = build_grid(mode, out_root)
+        runs = build_grid(mode, out_root, methods=methods)
     else:
         runs, _ = sweep(
             mode,
             out_root=out_root,
+            methods=methods,
             only=only,
             jobs=args.jobs,
             threads=args.threads,
@@ -151,6 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             command=command,
             saved=saved,
         )
+    data = None
     if not args.no_report:
         log = out_root / "sweeps.jsonl"
         history = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
@@ -164,9 +215,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             results_dir=args.results_dir,
             plots_dir=args.plots_dir or default_plots_dir(mode.name),
             history=history,
+            methods=methods,
             saved=saved,
         )
-        logger.info("%s: section %r; %d cells missing", args.results_md, SECTION, len(data["missing"]))
+        logger.info("%s: section %r; %d cells missing", args.results_md, section_of(mode.name), len(data["missing"]))
+    if args.preregister:
+        cells = data["cells"] if data else aggregate(mode, runs, methods, saved=saved)["cells"]
+        path = args.results_dir / PREREG_JSON
+        try:
+            write_prereg(registration(cells, mode, command=command.strip()), path, force=args.force)
+        except (ValueError, FileExistsError) as err:
+            raise SystemExit(str(err)) from None
+        logger.info("%s written: commit it before running --mode prereg", path)
     return 0
 
 

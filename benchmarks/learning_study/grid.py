@@ -119,6 +119,31 @@ ENVS: dict[str, EnvSetting] = {
         "web shopping",
         "generated WebShop catalogue of 1,000 products (not the real WebShop data)",
     ),
+    # The pre-registered study's env: the goal differs per game (the room and object to find), so no fixed action
+    # sequence wins; 8 turns at T = 1.0 from the guidance-following warm-up (see the calibration table). No
+    # max_tasks: the held-out evals need >= 200 distinct test games.
+    "treasure-hunter": EnvSetting(
+        "r3l/TextWorld-v0",
+        {"game_type": "treasure_hunter", "difficulty": 5},
+        "constrained",
+        8,
+        32,
+        "text game (navigation, the goal differs per game)",
+        "generated TextWorld treasure-hunter games, level 5",
+        temperature=1.0,
+    ),
+    # Coin collector at level 5 (the coin is several rooms away), for a second pre-registered env; its turns and
+    # temperature are the calibration's to set.
+    "coin-collector-5": EnvSetting(
+        "r3l/TextWorld-v0",
+        {"game_type": "coin_collector", "difficulty": 5},
+        "constrained",
+        10,
+        32,
+        "text game (navigation to the coin)",
+        "generated TextWorld coin-collector games, level 5",
+        temperature=1.0,
+    ),
     # Expert plans take 5-9 actions.
     "alfworld": EnvSetting(
         "r3l/ALFWorld-v0",
@@ -229,6 +254,13 @@ class Mode:
     # run order: False, pairs of methods over every seed (R³L and GRPO first); True, every method of a seed before
     # the next seed, so a sweep stopped early leaves whole seeds, paired across methods
     seed_major: bool = False
+    # per cell ("method|env"): the seeds it runs with, not ``seeds_of(env)`` (fewer seeds for the secondary rows)
+    cell_seeds: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # per cell ("method|env"): TrainConfig fields of that cell alone (a learning rate chosen for it beforehand)
+    cell_config: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # True: the held-out episodes are the same for every seed (one episode per task of the split, greedy), so the
+    # initial model is evaluated once per env, by the first cell that runs, not once per (env, seed)
+    before_once_per_env: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Mode:
@@ -236,7 +268,9 @@ class Mode:
         tuples = {k: tuple(data[k]) for k in ("envs", "methods", "seeds")}
         method_envs = {k: tuple(v) for k, v in data.get("method_envs", {}).items()}
         env_seeds = {k: tuple(v) for k, v in data.get("env_seeds", {}).items()}
-        return cls(**{**data, **tuples, "method_envs": method_envs, "env_seeds": env_seeds})
+        cell_seeds = {k: tuple(v) for k, v in data.get("cell_seeds", {}).items()}
+        lists = {"method_envs": method_envs, "env_seeds": env_seeds, "cell_seeds": cell_seeds}
+        return cls(**{**data, **tuples, **lists})
 
     def runs_on(self, method: str, env: str) -> bool:
         """Whether the grid has the cell (method, env)."""
@@ -245,6 +279,10 @@ class Mode:
     def seeds_of(self, env: str) -> tuple[int, ...]:
         """The seeds every method of ``env`` runs with."""
         return self.env_seeds.get(env, self.seeds)
+
+    def seeds_for(self, method: str, env: str) -> tuple[int, ...]:
+        """The seeds the cell (method, env) runs with."""
+        return self.cell_seeds.get(f"{method}|{env}", self.seeds_of(env))
 
     def envs_of(self, methods: Sequence[str]) -> tuple[str, ...]:
         """The envs on which any of ``methods`` runs, in table order."""
@@ -383,9 +421,17 @@ class Run:
 
 
 def run_config(
-    mode: Mode, env: EnvSetting, method: Method, seed: int, run_dir: Path, *, eval_before: bool = True
+    mode: Mode,
+    env: EnvSetting,
+    method: Method,
+    seed: int,
+    run_dir: Path,
+    *,
+    eval_before: bool = True,
+    cell: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The TrainConfig fields of one cell (as JSON types, the way ``config.json`` stores them)."""
+    """The TrainConfig fields of one cell (as JSON types, the way ``config.json`` stores them); ``cell``: the
+    cell's own fields (:attr:`Mode.cell_config`), which override the method's and the mode's."""
     config = {
         "env": env.env,
         "env_kwargs": dict(env.kwargs),
@@ -416,6 +462,7 @@ def run_config(
         "tensorboard": False,
         "progress": False,
         **mode.extra,
+        **(cell or {}),
     }
     # the rollout engine measured faster for the cell here (hf without vLLM installed): resolved now, so the run's
     # config.json, and the summary the study reads from it, names the engine the run used
@@ -429,7 +476,7 @@ def build_grid(
     """Every cell of ``mode``, in run order: R³L and GRPO on every env and seed first, then the next pair (with
     ``mode.seed_major``: every method of seed 0, in the mode's order, then seed 1, ...)."""
     rank = {key: i for i, key in enumerate(methods)}
-    cells = [(m, e, s) for m in mode.methods for e in mode.envs for s in mode.seeds_of(e) if mode.runs_on(m, e)]
+    cells = [(m, e, s) for m in mode.methods for e in mode.envs for s in mode.seeds_for(m, e) if mode.runs_on(m, e)]
     if mode.seed_major:
         order = sorted(cells, key=lambda c: (c[2], mode.envs.index(c[1]), mode.methods.index(c[0])))
     else:
@@ -438,8 +485,13 @@ def build_grid(
     for method_key, env_key, seed in order:
         run_dir = out_root / env_key / method_key / f"seed{seed}"
         # The initial model is the same in every cell of an (env, seed) and so are the held-out episodes: the
-        # env's first method evaluates it before training, the others reuse that eval (see ``aggregate``).
+        # env's first method evaluates it before training, the others reuse that eval (see ``aggregate``). Where
+        # the episodes are the same for every seed too, only the env's first cell in run order evaluates it.
         first = next(m for m in mode.methods if mode.runs_on(m, env_key))
-        config = run_config(mode, envs[env_key], methods[method_key], seed, run_dir, eval_before=method_key == first)
+        before = method_key == first
+        if mode.before_once_per_env:
+            before = (method_key, env_key, seed) == next(c for c in order if c[1] == env_key)
+        cell = mode.cell_config.get(f"{method_key}|{env_key}")
+        config = run_config(mode, envs[env_key], methods[method_key], seed, run_dir, eval_before=before, cell=cell)
         runs.append(Run(env_key, method_key, seed, run_dir, config, envs[env_key].setup))
     return runs

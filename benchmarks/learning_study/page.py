@@ -18,6 +18,7 @@ from .discussion import discussion
 from .fair import FAIR_MODES, render_fair
 from .fmt import count, interval, num, table
 from .grid import BASELINES, EnvSetting, Method, Mode, reference
+from .prereg_page import PREREG_PAGE_MODES, render_prereg
 from .reflection_table import render_self_reflection
 
 _BUDGET_HEADER = (
@@ -42,6 +43,8 @@ def render(data: dict[str, Any], *, page_dir: Path) -> str:
     md = _heading(data, mode, history)
     if mode.name in FAIR_MODES:
         md += render_fair(data, mode, methods)
+    if mode.name in PREREG_PAGE_MODES:
+        md += render_prereg(data, mode, methods, page_dir)
     if "calibration" in data:
         md += render_calibration(data["calibration"])
     if "self_reflection" in data:
@@ -77,10 +80,23 @@ def render(data: dict[str, Any], *, page_dir: Path) -> str:
 
 def _heading(data: dict[str, Any], mode: Mode, history: Sequence[dict[str, Any]]) -> list[str]:
     cells = data["cells"]
-    total = sum(mode.runs_on(m, e) * len(mode.seeds_of(e)) for m in mode.methods for e in mode.envs)
+    total = sum(mode.runs_on(m, e) * len(mode.seeds_for(m, e)) for m in mode.methods for e in mode.envs)
     more = "".join(f"; {e}: seeds {', '.join(map(str, s))}" for e, s in mode.env_seeds.items() if e in mode.envs)
     done = sum(len(c["seeds"]) for c in cells.values())
     per_seed = mode.steps * mode.tasks_per_step * mode.group_size
+    lrs = {c["lr"] for c in mode.cell_config.values() if "lr" in c}
+    lr = f"lr {mode.lr:g}" if not lrs else "lr: set per cell (see the pre-registration above)"
+    split, temperature = mode.extra.get("eval_split", "test"), mode.extra.get("eval_temperature", 0.4)
+    at = "greedy (temperature 0)" if temperature == 0 else f"at temperature {temperature:g}"
+    shared = (
+        "the same episodes for every method of a seed (so the eval before training, when a run did not make it "
+        "itself, is that of the first method of the same env and seed)"
+    )
+    if mode.before_once_per_env:
+        shared = (
+            "the same episodes for every method and seed (so the eval before training is made once per env, by "
+            "its first run, and shared)"
+        )
     return [
         f"## Learning at an equal sampling budget (`benchmarks/learning.py`, mode `{mode.name}`)",
         "",
@@ -94,10 +110,9 @@ def _heading(data: dict[str, Any], mode: Mode, history: Sequence[dict[str, Any]]
         "",
         f"Mode `{mode.name}`: {mode.description}. Every cell samples {mode.steps} steps × "
         f"{mode.tasks_per_step} task(s) × {mode.group_size} trajectories = {per_seed} trajectories per seed "
-        f"(R³L: N/2 = {mode.group_size // 2} base(s) per task, their retries, topped up with bases); lr {mode.lr:g}; "
-        f"held out: {mode.eval_episodes} episodes of the test split at temperature 0.4, the same episodes for every "
-        "method of a seed (so the eval before training, when a run did not make it itself, is that of the first "
-        f"method of the same env and seed). Seeds {', '.join(map(str, mode.seeds))}{more}. "
+        f"(R³L: N/2 = {mode.group_size // 2} base(s) per task, their retries, topped up with bases); {lr}; "
+        f"held out: {mode.eval_episodes} episodes of the {split} split {at}, {shared}. "
+        f"Seeds {', '.join(map(str, mode.seeds))}{more}. "
         f"**{done} of {total} runs finished.**",
         "",
         "Cells: mean over seeds ± half-width of the 95 % t-interval (n = finished seeds; one seed has no interval; "

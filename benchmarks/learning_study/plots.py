@@ -1,5 +1,5 @@
 """The page's plots: per env, held-out success and score vs sampled trajectories, mean over seeds with 95 % CI
-bands, R³L beside the baselines and beside its variants."""
+bands, R³L beside the baselines and beside its variants; and the pre-registered study's mechanism per step."""
 
 from __future__ import annotations
 
@@ -55,6 +55,49 @@ def plot_curves(
         fig.tight_layout()
         if drawn:
             path = plots_dir / f"{env}.png"
+            fig.savefig(path, dpi=100)
+            written[env] = path
+        plt.close(fig)
+    return written
+
+
+def plot_mechanism(
+    mode: Mode, runs: list[dict[str, Any]], plots_dir: Path, methods: dict[str, Method] = METHODS
+) -> dict[str, Path]:
+    """Per env: reflect-then-retry's mechanism per training step (:mod:`~benchmarks.learning_study.mechanism`),
+    mean over the finished seeds of R³L and of its ablations: the share of groups where every base failed, rescued
+    ÷ all-failed groups, the retries' share of the loss, the amplification's share of the gradient."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .mechanism import SHARES, series
+
+    keys = [m for m in mode.methods if methods[m].role in ("r3l", "ablation")]
+    written = {}
+    for env in mode.envs:
+        fig, axes = plt.subplots(2, 2, figsize=(11, 6.5), sharex=True, squeeze=False)
+        drawn = False
+        for key in keys:
+            done = [r for r in runs if r["env"] == env and r["method"] == key and r["finished"]]
+            lines = series(done)
+            for ax, share in zip((a for row in axes for a in row), SHARES, strict=True):
+                if lines[share]:
+                    steps, values = zip(*lines[share], strict=True)
+                    ax.plot(steps, values, marker="o", label=f"{methods[key].label} (n={len(done)})")
+                    drawn = True
+        for ax, title in zip((a for row in axes for a in row), SHARES.values(), strict=True):
+            ax.set_title(f"{env}: {title}", fontsize=9)
+            ax.set_ylim(-0.03, 1.03)
+            ax.grid(alpha=0.3)
+            ax.set_xlabel("training step")
+            if ax.lines:
+                ax.legend(fontsize=7)
+        fig.tight_layout()
+        if drawn:
+            plots_dir.mkdir(parents=True, exist_ok=True)
+            path = plots_dir / f"{env}-mechanism.png"
             fig.savefig(path, dpi=100)
             written[env] = path
         plt.close(fig)

@@ -19,10 +19,19 @@ from .discussion import discussion
 from .fair import FAIR_MODES, fair_comparisons
 from .grid import ENVS, METHODS, EnvSetting, Method, Mode, Run
 from .page import render
-from .plots import plot_curves
+from .plots import plot_curves, plot_mechanism
+from .prereg import PREREG_JSON, PREREG_MODES, TEST, read_warmup
+from .prereg_page import prereg_data
 from .reflection_table import read_self_reflection
 
 SECTION = "learning"
+#: the pre-registered study's stages have sections (and JSON files) of their own, beside the study before them
+SECTIONS = {"prereg-valid": "learning_prereg_valid", "prereg": "learning_prereg"}
+
+
+def section_of(mode: str) -> str:
+    """The RESULTS.md section (and ``results/NAME.json``) a mode's report goes to."""
+    return SECTIONS.get(mode, SECTION)
 
 
 def library_versions() -> str:
@@ -72,17 +81,30 @@ def write_report(
         "plots": {k: str(v) for k, v in plots.items()},
         "train_config": train_config(agg, saved),
     }
-    _side_tables(data, mode, methods, Path(results_dir))
+    if mode.name in PREREG_MODES:
+        data["warmup"] = read_warmup(mode.model)
+    _side_tables(data, mode, methods, Path(results_dir), plots_dir)
     _write(data, results_md, results_dir)
     return data
 
 
-def _side_tables(data: dict[str, Any], mode: Mode, methods: dict[str, Method], results_dir: Path) -> None:
-    """Add what the page shows beside the grid: the fair-rules comparisons (fair modes), and the calibration and
-    self-reflection measurements other benchmarks write into ``results_dir`` (kept from ``data`` where the files
-    are not there)."""
+def _side_tables(
+    data: dict[str, Any], mode: Mode, methods: dict[str, Method], results_dir: Path, plots_dir: Path
+) -> None:
+    """Add what the page shows beside the grid: the fair-rules comparisons (fair modes); the pre-registration,
+    the comparisons, mechanism plots and verdicts of the pre-registered study (its pre-registration the one
+    ``data`` holds, else ``results_dir/prereg.json``); and the calibration and
+    self-reflection measurements other benchmarks write into ``results_dir`` (kept likewise)."""
     if mode.name in FAIR_MODES:
         data["fair"] = fair_comparisons(data["cells"], mode, methods)
+    if mode.name in PREREG_MODES:
+        path = Path(results_dir) / PREREG_JSON
+        # a report keeps the pre-registration it ran under (a rewrite from JSON does not read a newer one)
+        data["prereg"] = data.get("prereg") or (json.loads(path.read_text()) if path.is_file() else None)
+        key = "prereg_results" if mode.name == TEST else "prereg_valid"
+        data[key] = prereg_data(data, mode, methods)
+        plots = plot_mechanism(mode, data["runs"], plots_dir, methods) if mode.name == TEST else {}
+        data["mechanism_plots"] = {k: str(v) for k, v in plots.items()}
     data["calibration"] = read_calibration(results_dir) or data.get("calibration")
     data["self_reflection"] = read_self_reflection(results_dir) or data.get("self_reflection")
 
@@ -102,11 +124,12 @@ def rewrite_report(saved: Path, *, results_md: Path, results_dir: Path, plots_di
     plots = plot_curves(mode, data, plots_dir, methods)
     data["plots"] = {k: str(v) for k, v in plots.items()}
     data["discussion"] = discussion(mode, data, methods)
-    _side_tables(data, mode, methods, Path(results_dir))
+    _side_tables(data, mode, methods, Path(results_dir), plots_dir)
     _write(data, results_md, results_dir)
     return data
 
 
 def _write(data: dict[str, Any], results_md: Path, results_dir: Path) -> None:
     markdown = render(data, page_dir=Path(results_md).parent)
-    results_page.write_section(SECTION, markdown, data, results_md=Path(results_md), results_dir=Path(results_dir))
+    section = section_of(data["mode"]["name"])
+    results_page.write_section(section, markdown, data, results_md=Path(results_md), results_dir=Path(results_dir))

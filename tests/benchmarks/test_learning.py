@@ -213,22 +213,18 @@ def test_from_json_refuses_a_file_that_is_not_a_learning_report(tmp_path):
         report.rewrite_report(other, results_md=tmp_path / "R.md", results_dir=tmp_path, plots_dir=tmp_path)
 
 
-def test_the_demo_is_the_first_half_of_the_studys_r3l_run():
-    """`make demo` claims to show what the study measured after 4 steps: its preset must keep the study's setting
-    in every field that changes what is trained or evaluated (and its held-out episodes, the first
-    ``eval_episodes`` of the study's, drawn from the same seed)."""
+def test_the_demo_plays_the_pre_registered_studys_env():
+    """`make demo` claims to run R³L on the study's calibrated text game: its preset must keep that env's settings
+    in every field that changes what is played, and the study's greedy held-out eval."""
+    from benchmarks.learning_study import prereg
     from r3l_learn.loop.presets import PRESETS
     from r3l_learn.loop.train import TrainConfig
 
-    demo, mode = TrainConfig(**PRESETS["cpu-demo"]), grid.MODES["cpu"]
-    method = grid.METHODS["r3l-aux-own-mean"]
-    study = TrainConfig(**grid.run_config(mode, grid.ENVS["textworld"], method, 0, Path("x")))
-    # how long, how often, where and how visibly it runs; micro-batches and autocast do not change the loss
-    free = {"steps", "eval_every", "eval_episodes", "out_dir", "keep_checkpoints", "save_final", "tensorboard"}
-    free |= {"progress", "micro_batch_size", "autocast"}
-    assert demo.changed_from(study.to_dict(), frozenset(free)) == []
-    assert demo.autocast == "auto" and study.autocast == grid.CPU_AUTOCAST  # the same choice on this CPU
-    assert mode.eval_every == demo.steps < study.steps and 32 <= demo.eval_episodes <= study.eval_episodes
+    demo, setting = TrainConfig(**PRESETS["cpu-demo"]), grid.ENVS[prereg.PREREG_ENVS[0]]
+    played = (demo.env, demo.env_kwargs, demo.actions, demo.max_turns, demo.max_new_tokens, demo.temperature)
+    assert played == (setting.env, setting.kwargs, setting.actions, setting.max_turns, setting.max_new_tokens, 1.0)
+    assert setting.temperature == 1.0 and demo.eval_temperature == prereg.SHARED["eval_temperature"]
+    assert (demo.algo, demo.reflector) == ("r3l", "oracle")
 
 
 def test_a_run_without_token_counters_is_left_out_of_the_token_means_not_counted_as_zero():

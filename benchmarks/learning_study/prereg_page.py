@@ -1,0 +1,238 @@
+"""The page of the pre-registered study (modes ``prereg-valid`` and ``prereg``): how the settings were chosen,
+R³L against the strongest baseline and GRPO (Holm-corrected, per env), the ablations in the paper's shape, the
+mechanism per step, and the verdict generated from the numbers. :func:`prereg_data` computes what it shows from
+the report data; :func:`render_prereg` writes it, from the report data alone."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .fmt import count, interval, num, table
+from .grid import METHODS, Method, Mode, reference
+from .mechanism import LINKS, SHARES, THRESHOLDS, pooled, verdict
+from .prereg import ABLATIONS, LRS, TEST, TUNED, VALID, choose, valid_table
+from .stats import paired_family
+
+
+def _int_keys(values: dict[Any, float]) -> dict[int, float]:
+    return {int(k): v for k, v in values.items()}  # a JSON round trip makes the seeds strings
+
+
+def _family(cells: dict[str, Any], env: str, ref: str, others: list[str]) -> dict[str, Any]:
+    """R³L minus each of ``others`` on ``env``, paired by seed, Holm-corrected as one family (keyed ``"a|b"``)."""
+    ref_seeds = _int_keys(cells[f"{ref}|{env}"]["success_by_seed"])
+    pairs = {f"{ref}|{m}": (ref_seeds, _int_keys(cells[f"{m}|{env}"]["success_by_seed"])) for m in others}
+    return paired_family(pairs)
+
+
+def prereg_data(data: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> dict[str, Any]:
+    """What the section shows beyond the grid's cells. The valid stage: the valid table and the choices it makes
+    (``None`` per env until every run finished). The test stage, per env: R³L − the strongest baseline and − GRPO
+    (one Holm family), R³L − each ablation (one family), R³L − each other baseline (one family), the pooled
+    mechanism of R³L and its ablations, and the verdict against the strongest baseline."""
+    cells = data["cells"]
+    if mode.name == VALID:
+        table_ = valid_table(cells, mode)
+        choices = {}
+        for env in mode.envs:
+            try:
+                choices[env] = choose(table_[env])
+            except ValueError:
+                choices[env] = None
+        return {"valid": table_, "choices": choices}
+    registered = data.get("prereg") or {}
+    thresholds = {**THRESHOLDS, **registered.get("settings", {}).get("verdict_thresholds", {})}
+    ref, out = reference(methods), {}
+    for env in mode.envs:
+        strongest = registered["choices"][env]["strongest_baseline"]
+        main = [strongest] + (["grpo"] if strongest != "grpo" else [])
+        ablations = [m for m in ABLATIONS if m in mode.methods]
+        others = [m for m in TUNED if m not in (ref, *main) and m in mode.methods]
+        runs = [r for r in data["runs"] if r["env"] == env and r["finished"]]
+        family = [m for m in (ref, *ablations) if methods[m].algo == "r3l"]  # the runs that reflect and retry
+        mechanism = {m: pooled([r for r in runs if r["method"] == m]) for m in family}
+        families = {k: _family(cells, env, ref, v) for k, v in (("main", main), ("ablations", ablations))}
+        families["others"] = _family(cells, env, ref, others)
+        label = methods[strongest].label
+        judged = verdict(families["main"][f"{ref}|{strongest}"], mechanism[ref], baseline=label, thresholds=thresholds)
+        out[env] = {**families, "strongest": strongest, "mechanism": mechanism, "verdict": judged}
+    return {"envs": out, "thresholds": thresholds}
+
+
+def render_prereg(data: dict[str, Any], mode: Mode, methods: dict[str, Method], page_dir: Path) -> list[str]:
+    """The section of either stage: the valid stage's table and choices, or the registered settings followed by
+    the comparison, the ablations, the mechanism and the verdict."""
+    if mode.name == VALID:
+        return _valid_stage(data, mode)
+    md = _registered(data.get("prereg"), data.get("warmup"), mode)
+    results = data.get("prereg_results") or {}
+    cells, ref = data["cells"], reference(methods)
+    for env in mode.envs:
+        found = (results.get("envs") or {}).get(env)
+        if found is None:
+            continue
+        md += ["", f"### Pre-registered comparison on `{env}`: held-out success after training", ""]
+        md += _main_table(found["main"], cells, env, ref, methods)
+        md += ["", f"### `{env}`: R³L's ablations and the privilege control, the other baselines", ""]
+        md += _paper_table(found, cells, env, ref, methods)
+        md += ["", f"### `{env}`: the mechanism per training step", ""]
+        md += _mechanism(found["mechanism"], results["thresholds"], methods)
+        plot = (data.get("mechanism_plots") or {}).get(env)
+        if plot:
+            md += ["", f"![{env} mechanism]({os.path.relpath(plot, page_dir)})"]
+        md += ["", f"### `{env}`: verdict (generated from the numbers above)", "", found["verdict"]["text"]]
+    return md
+
+
+def _lr(lr: float) -> str:
+    """A learning rate as the page writes it (``1e-4``, ``3e-5``)."""
+    mantissa, exponent = f"{lr:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _lr_row(valid: dict[str, float | None], chosen: float | None) -> list[str]:
+    cells = []
+    for lr in LRS:
+        value = num(valid.get(f"{lr:g}"))
+        cells.append(f"**{value}**" if chosen is not None and f"{lr:g}" == f"{chosen:g}" else value)
+    return cells
+
+
+def _valid_tables(valid: dict[str, Any], choices: dict[str, Any], envs: list[str]) -> list[str]:
+    md = []
+    for env in envs:
+        choice = choices.get(env)
+        rows = []
+        for m in TUNED:
+            chosen = choice["lr"][m] if choice else None
+            rows.append([METHODS[m].label, *_lr_row(valid[env][m], chosen), "—" if chosen is None else _lr(chosen)])
+        header = ["method", *(f"valid success, lr {_lr(lr)}" for lr in LRS), "chosen lr"]
+        md += ["", f"Valid split of `{env}` (bold: the chosen rate):", "", *table(header, rows)]
+        if choice:
+            strongest = choice["strongest_baseline"]
+            md += ["", f"Strongest baseline: {METHODS[strongest].label} (`{strongest}`)."]
+    return md
+
+
+def _valid_stage(data: dict[str, Any], mode: Mode) -> list[str]:
+    found = data.get("prereg_valid") or {}
+    md = ["", "### Pre-registration, valid stage: each method's learning rate and the strongest baseline", ""]
+    md.append(
+        "One run per method and learning rate (seed 1000, never a comparison seed), evaluated greedily on the "
+        "valid split after training. The rule: per method, the rate with the best valid success (ties: the "
+        "smaller rate); the strongest baseline is the method other than R³L with the best valid success at its "
+        "chosen rate. Nothing here has seen the test split."
+    )
+    md += _valid_tables(found.get("valid") or {}, found.get("choices") or {}, list(mode.envs))
+    registered = data.get("prereg")
+    if registered:
+        md += ["", f"Registered in `results/prereg.json` on {registered['date']} at commit `{registered['commit']}`."]
+    else:
+        md += ["", "Not registered yet (`--preregister` writes `results/prereg.json` once every run finished)."]
+    return md
+
+
+def _registered(registered: dict[str, Any] | None, warmup: dict[str, Any] | None, mode: Mode) -> list[str]:
+    md = ["", "### Pre-registration: the settings, fixed on the valid split before any test-split run", ""]
+    if not registered:
+        return [*md, "No pre-registration recorded: this report is not the pre-registered comparison."]
+    s = registered["settings"]
+    dirty = " (with uncommitted changes to the study or the learner)" if registered.get("uncommitted_changes") else ""
+    md.append(
+        f"Registered on {registered['date']} at commit `{registered['commit']}`{dirty} by "
+        f"`{registered['command']}`, in `results/prereg.json`. Budget per run: {s['budget']['steps']} steps × "
+        f"{s['budget']['tasks_per_step']} tasks × {s['budget']['group_size']} trajectories = "
+        f"{s['budget']['trajectories']} sampled trajectories, cut replies masked for every method. Chosen on "
+        f"{s['valid']['episodes']} greedy episodes of the valid split (seed {s['valid']['seed']}); compared on "
+        f"{s['test']['episodes']} greedy episodes of distinct test tasks. The rule: {s['rule']}."
+    )
+    md += _valid_tables(registered["valid"], registered["choices"], list(registered["choices"]))
+    model = registered.get("model")
+    md += ["", f"Start model: `{mode.model}` (registered: `{model}`)."]
+    if warmup:
+        w = warmup.get("settings", {})
+        what = ", ".join(f"{k} {w[k]}" for k in ("episodes", "epochs", "lr", "seed", "plan") if k in w)
+        md[-1] += (
+            f" Its `warmup.json`: a guidance-following warm-up on `{warmup.get('env_id')}` "
+            f"`{warmup.get('env_kwargs')}` ({warmup.get('split')} split; {what}; final loss "
+            f"{num(warmup.get('final_loss'), 4)}); the whole record is in this report's JSON."
+        )
+    else:
+        md[-1] += " It has no `warmup.json` (not a start model made by `r3l warmup`)."
+    return md
+
+
+def _diff(c: dict[str, Any]) -> tuple[str, str, str]:
+    mean = "—" if c["mean"] is None else f"{c['mean']:+.3f}"
+    adjusted = "—" if c["lo_adj"] is None else f"[{c['lo_adj']:+.3f}, {c['hi_adj']:+.3f}]"
+    return mean, adjusted, num(c["p_holm"])
+
+
+def _minus(c: dict[str, Any]) -> str:
+    """The method minus R³L, from R³L minus the method (``c``): mean and Holm interval, negated."""
+    if c["mean"] is None:
+        return "—"
+    if c["lo_adj"] is None:
+        return f"{-c['mean']:+.3f}"
+    return f"{-c['mean']:+.3f} [{-c['hi_adj']:+.3f}, {-c['lo_adj']:+.3f}]"
+
+
+def _main_table(
+    family: dict[str, Any], cells: dict[str, Any], env: str, ref: str, methods: dict[str, Method]
+) -> list[str]:
+    m = next(iter(family.values()))["family"] if family else 0
+    intro = (
+        f"Paired by seed (the same start model and held-out tasks). The {m} comparison(s) form one family: "
+        f"intervals at level 1 − 0.05/{m} (simultaneous), verdicts by Holm's adjusted p-values at 0.05."
+        if m
+        else "No comparison has two paired seeds yet: no interval, no test."
+    )
+    rows = []
+    for key, c in family.items():
+        other = key.split("|")[1]
+        mean, adjusted, p = _diff(c)
+        r3l, base = interval(cells[f"{ref}|{env}"]["success"]), interval(cells[f"{other}|{env}"]["success"])
+        rows.append([f"R³L − {methods[other].label}", str(c["n"]), r3l, base, mean, adjusted, p, c["verdict"]])
+    header = ["comparison", "n", "R³L", "baseline", "mean Δ", "Holm CI", "p (Holm)", "verdict"]
+    return [intro, "", *table(header, rows)]
+
+
+def _paper_table(
+    found: dict[str, Any], cells: dict[str, Any], env: str, ref: str, methods: dict[str, Method]
+) -> list[str]:
+    rows = [[methods[ref].label, "", interval(cells[f"{ref}|{env}"]["success"]), "—", "—"]]
+    for part, name in (("ablations", "ablations and control"), ("others", "other baselines")):
+        for key, c in found[part].items():
+            other = key.split("|")[1]
+            delta = _minus(c)
+            success = interval(cells[f"{other}|{env}"]["success"])
+            rows.append([methods[other].label, name, success, delta, num(c["p_holm"])])
+    intro = (
+        "Δ vs R³L is the method minus R³L in held-out success, paired by seed, with its Holm interval (level "
+        "1 − 0.05/m; negative: the method is below R³L); the ablations with the privilege control form one "
+        "family, the other baselines another."
+    )
+    return [intro, "", *table(["method", "row", "held-out success", "Δ vs R³L (Holm CI)", "p (Holm)"], rows)]
+
+
+def _mechanism(mechanism: dict[str, Any], thresholds: dict[str, float], methods: dict[str, Method]) -> list[str]:
+    limits = "; ".join(f"({letter}) {SHARES[key]} ≥ {thresholds[key]:g}" for key, letter, _ in LINKS)
+    md = [
+        "Pooled over the finished seeds and steps (all-failed share and rescue rate as ratios of sums, the loss "
+        "and gradient shares as means over the steps that logged them); the plot draws them per step, mean over "
+        f"seeds. A link holds when: {limits}; (e) is the held-out comparison itself.",
+        "",
+    ]
+    rows = []
+    for m, p in mechanism.items():
+        shares = (num(p[k]) for k in SHARES)
+        rows.append([methods[m].label, count(p["groups"]), count(p["all_bases_failed"]), count(p["rescued"]), *shares])
+    header = ["method", "groups", "groups with every base failed", "of them rescued", "all-failed share"]
+    header += ["rescued ÷ all-failed", "retry share of the loss", "amplification share of the gradient"]
+    return md + table(header, rows)
+
+
+#: the modes whose page opens with this section
+PREREG_PAGE_MODES = frozenset({VALID, TEST})

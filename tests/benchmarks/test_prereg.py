@@ -1,0 +1,409 @@
+"""The pre-registered study's machinery (benchmarks/learning_study/prereg.py, mechanism.py, prereg_page.py): the
+choice of learning rates and of the strongest baseline, the pre-registration file and its refusal to be replaced,
+the grids of both stages, the mechanism's verdict link by link, and the page rendered from a synthetic report."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.learning_study import aggregate, cli, grid, mechanism, prereg, prereg_page, report, stats
+
+ENV = prereg.PREREG_ENVS[0]
+TUNED = prereg.TUNED
+
+
+def _valid(best: dict[str, tuple[float, float, float]]) -> dict[str, dict[str, float]]:
+    """A valid table of one env: per method its success at each of the three rates."""
+    return {m: {f"{lr:g}": v for lr, v in zip(prereg.LRS, best[m], strict=True)} for m in TUNED}
+
+
+def test_each_method_gets_its_best_rate_ties_going_to_the_smaller_one():
+    valid = _valid(
+        {
+            "r3l-oracle": (0.30, 0.40, 0.40),  # tie at the top: the smaller rate
+            "grpo": (0.20, 0.25, 0.10),
+            "grpo-no-kl": (0.10, 0.10, 0.10),  # all tied: the smallest rate
+            "dr-grpo": (0.05, 0.10, 0.15),
+            "raft": (0.28, 0.20, 0.27),
+            "opmd": (0.00, 0.00, 0.26),
+        }
+    )
+    choice = prereg.choose(valid)
+    assert choice["lr"] == {
+        "r3l-oracle": 3e-5,
+        "grpo": 3e-5,
+        "grpo-no-kl": 1e-5,
+        "dr-grpo": 1e-4,
+        "raft": 1e-5,
+        "opmd": 1e-4,
+    }
+    assert choice["strongest_baseline"] == "raft"  # 0.28 at its rate; R³L's 0.40 does not count
+    assert choice["valid_success"]["raft"] == 0.28
+
+
+def test_a_tie_for_the_strongest_baseline_goes_to_the_first_listed():
+    valid = _valid({m: (0.1, 0.2, 0.2) for m in TUNED})
+    assert prereg.choose(valid)["strongest_baseline"] == "grpo"
+    valid["opmd"]["1e-05"] = 0.5
+    assert prereg.choose(valid)["strongest_baseline"] == "opmd"
+
+
+def test_no_choice_before_the_valid_stage_finished():
+    valid = _valid({m: (0.1, 0.2, 0.3) for m in TUNED})
+    valid["dr-grpo"]["3e-05"] = None
+    with pytest.raises(ValueError, match="dr-grpo at lr 3e-05"):
+        prereg.choose(valid)
+
+
+def _cell(by_seed: dict[int, float]) -> dict:
+    return {"success": stats.mean_ci(list(by_seed.values())), "success_by_seed": by_seed}
+
+
+def _valid_cells(mode: grid.Mode, success: dict[str, tuple[float, float, float]]) -> dict[str, dict]:
+    cells = {}
+    for m in TUNED:
+        for lr, value in zip(prereg.LRS, success[m], strict=True):
+            cells[f"{prereg.lr_key(m, lr)}|{ENV}"] = _cell({prereg.VALID_SEED: value})
+    return cells
+
+
+def _registration(tmp_path: Path, model: str = "tiny-random") -> dict:
+    mode, _ = prereg.valid_mode(model)
+    success = {m: (0.1, 0.2, 0.15) for m in TUNED} | {"opmd": (0.3, 0.1, 0.1), "r3l-oracle": (0.2, 0.2, 0.5)}
+    commit = {"commit": "0" * 40, "uncommitted_changes": False}
+    return prereg.registration(
+        _valid_cells(mode, success), mode, command="test", commit=commit, date="2026-11-25 20:00 UTC"
+    )
+
+
+def test_the_registration_records_settings_table_choices_date_and_commit(tmp_path):
+    data = _registration(tmp_path)
+    assert data["date"] == "2026-11-25 20:00 UTC" and data["commit"] == "0" * 40 and data["model"] == "tiny-random"
+    assert data["warmup"] is None  # tiny-random is not a start-model folder
+    assert data["valid"][ENV]["opmd"] == {"1e-05": 0.3, "3e-05": 0.1, "0.0001": 0.1}
+    choice = data["choices"][ENV]
+    assert (
+        choice["strongest_baseline"] == "opmd" and choice["lr"]["r3l-oracle"] == 1e-4 and choice["lr"]["grpo"] == 3e-5
+    )
+    assert data["settings"]["budget"]["trajectories"] == 256 and data["settings"]["valid"]["seed"] == 1000
+    assert data["settings"]["verdict_thresholds"] == mechanism.THRESHOLDS
+    assert data["envs"][ENV] == dataclasses.asdict(grid.ENVS[ENV])
+    assert json.loads(json.dumps(data)) == data
+    assert len(prereg.git_commit()["commit"]) == 40  # this checkout's
+
+
+def test_the_registration_is_never_replaced_unless_forced(tmp_path):
+    path = tmp_path / "prereg.json"
+    first, second = _registration(tmp_path), {**_registration(tmp_path), "date": "later"}
+    prereg.write_prereg(first, path)
+    with pytest.raises(FileExistsError, match="--force"):
+        prereg.write_prereg(second, path)
+    assert json.loads(path.read_text()) == first
+    prereg.write_prereg(second, path, force=True)
+    assert json.loads(path.read_text())["date"] == "later"
+
+
+def test_the_test_stage_without_a_registration_names_the_command_that_makes_it(tmp_path):
+    with pytest.raises(SystemExit, match="--mode prereg-valid --model PATH --preregister"):
+        cli.main(["--mode", "prereg", "--model", "tiny-random", "--results-dir", str(tmp_path), "--no-report"])
+    with pytest.raises(SystemExit):  # argparse: the stages need a start model
+        cli.main(["--mode", "prereg-valid"])
+
+
+def test_the_test_stage_refuses_what_differs_from_its_registration(tmp_path):
+    registered = _registration(tmp_path)
+    assert prereg.check_registered(registered, "tiny-random") == []
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    (warm / "warmup.json").write_text(json.dumps({"lr": 2e-5}))
+    assert any("warmup.json" in p for p in prereg.check_registered(registered, str(warm)))
+    other_env = {**grid.ENVS, ENV: dataclasses.replace(grid.ENVS[ENV], max_turns=9)}
+    assert any(ENV in p for p in prereg.check_registered(registered, "tiny-random", envs=other_env))
+    changed = {**registered, "settings": {**registered["settings"], "lrs": [1e-3]}}
+    assert any("settings" in p for p in prereg.check_registered(changed, "tiny-random"))
+    path = tmp_path / "prereg.json"
+    prereg.write_prereg(changed, path)
+    with pytest.raises(SystemExit, match="not run what was pre-registered"):
+        cli.main(["--mode", "prereg", "--model", "tiny-random", "--results-dir", str(tmp_path), "--no-report"])
+
+
+def _budget(config: dict) -> int:
+    return config["steps"] * config["tasks_per_step"] * config["group_size"]
+
+
+def test_the_valid_stage_grid(tmp_path):
+    from r3l_learn.loop.train import TrainConfig
+
+    mode, methods = prereg.valid_mode("tiny-random")
+    runs = grid.build_grid(mode, tmp_path, methods=methods)
+    assert len(runs) == len(TUNED) * len(prereg.LRS)
+    assert {r.seed for r in runs} == {1000} and {r.env_key for r in runs} == {ENV}
+    lrs = {}
+    for run in runs:
+        c = run.config
+        assert (c["train_split"], c["eval_split"], c["eval_episodes"], c["eval_temperature"]) == (
+            "train",
+            "valid",
+            64,
+            0,
+        )
+        assert _budget(c) == 256 and c["mask_truncated"] and c["model"] == "tiny-random"
+        assert c["env_kwargs"] == {"game_type": "treasure_hunter", "difficulty": 5} and c["max_turns"] == 8
+        lrs.setdefault(run.method_key.split("@")[0], set()).add(c["lr"])
+        TrainConfig(**c)
+    assert lrs == {m: set(prereg.LRS) for m in TUNED}
+    assert sum(r.config["eval_before"] for r in runs) == 1  # the start model is evaluated once per env
+
+
+def test_the_test_stage_grid(tmp_path):
+    from r3l_learn.loop.train import TrainConfig
+
+    registered = _registration(tmp_path)  # strongest baseline: OPMD (lr 1e-5); R³L at 1e-4
+    mode, methods = prereg.test_mode(registered, "warm-model")
+    runs = grid.build_grid(mode, tmp_path, methods=methods)
+    seeds = {}
+    for run in runs:
+        seeds.setdefault(run.method_key, set()).add(run.seed)
+    ten, five = set(range(10)), set(range(5))
+    assert seeds == {
+        **{m: ten for m in ("r3l-oracle", "grpo", "opmd")},
+        **{m: five for m in ("grpo-no-kl", "dr-grpo", "raft", *prereg.ABLATIONS)},
+    }
+    choice = registered["choices"][ENV]["lr"]
+    fields = prereg.trainconfig_fields()
+    for run in runs:
+        c = run.config
+        assert (c["train_split"], c["eval_split"], c["eval_episodes"], c["eval_temperature"]) == (
+            "train",
+            "test",
+            200,
+            0,
+        )
+        assert _budget(c) == 256 and c["mask_truncated"] and c["model"] == "warm-model"
+        assert c["lr"] == choice[prereg.ABLATIONS.get(run.method_key, run.method_key)]
+        assert c.get("measure_amplification", False) == (c["algo"] == "r3l" and "measure_amplification" in fields)
+        config = dict(c, model="tiny-random")
+        TrainConfig(**config)
+    assert {r.config["lr"] for r in runs if r.method_key.startswith("r3l")} == {1e-4}
+    assert {r.config["lr"] for r in runs if r.method_key == "raft-expert"} == {choice["raft"]}
+    assert {r.config["expert_demos"] for r in runs if r.method_key == "raft-expert"} == {4}  # half the group
+    # seed-major: a sweep stopped early leaves whole seeds
+    assert [r.seed for r in runs] == sorted(r.seed for r in runs)
+    assert [r.method_key for r in runs[:3]] == ["r3l-oracle", "grpo", "grpo-no-kl"]
+    before = [r for r in runs if r.config["eval_before"]]
+    if "eval_seed" in fields:  # the same test tasks for every seed: the start model is evaluated once
+        assert [(r.method_key, r.seed) for r in before] == [("r3l-oracle", 0)]
+    else:  # each seed draws its own test tasks: once per seed
+        assert [(r.method_key, r.seed) for r in before] == [("r3l-oracle", s) for s in range(10)]
+
+
+def test_a_learner_with_a_fixed_eval_seed_evaluates_the_start_model_once(tmp_path):
+    """The test stage with the optional learner fields present (given, as they would be read): the eval seed is
+    fixed, the start model evaluated once per env, the R³L family measures its amplification."""
+    fields = prereg.trainconfig_fields() | {"eval_seed", "measure_amplification"}
+    mode, methods = prereg.test_mode(_registration(tmp_path), "m", fields=fields)
+    runs = grid.build_grid(mode, tmp_path, methods=methods)
+    assert {r.config["eval_seed"] for r in runs} == {prereg.EVAL_SEED} and mode.before_once_per_env
+    assert [(r.method_key, r.seed) for r in runs if r.config["eval_before"]] == [("r3l-oracle", 0)]
+    amplified = {r.method_key for r in runs if r.config.get("measure_amplification")}
+    assert amplified == {"r3l-oracle", *(m for m in prereg.ABLATIONS if m != "raft-expert")}
+    plain_mode, _ = prereg.test_mode(_registration(tmp_path), "m", fields=prereg.trainconfig_fields() - {"eval_seed"})
+    assert not plain_mode.before_once_per_env and "eval_seed" not in plain_mode.extra
+
+
+def _write_run(run: grid.Run, *, before: float | None, after: float, mechanism_steps: list[dict] | None = None):
+    """A finished run directory as the learner leaves it (metrics.jsonl, summary.txt), with no model run."""
+    run.run_dir.mkdir(parents=True)
+    records = []
+    if before is not None:
+        records.append({"step": 0, "eval/success_rate": before, "eval/mean_score": before})
+    for step in range(1, run.config["steps"] + 1):
+        record = {"step": step, "train/reward": 0.1, "train/trajectories": _budget(run.config) // run.config["steps"]}
+        for key, value in (mechanism_steps[step - 1] if mechanism_steps else {}).items():
+            record[f"mechanism/{key}"] = value
+        records.append(record)
+    records.append({"step": run.config["steps"], "eval/success_rate": after, "eval/mean_score": after})
+    (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run.run_dir / "summary.txt").write_text("done\n")
+
+
+def test_the_aggregate_records_budget_lr_and_mechanism_and_shares_one_before_eval_per_env(tmp_path):
+    mode = grid.Mode(
+        "test",
+        "synthetic",
+        envs=("corridor",),
+        methods=("r3l-oracle", "grpo"),
+        seeds=(0, 1),
+        steps=2,
+        tasks_per_step=1,
+        group_size=2,
+        eval_episodes=2,
+        eval_every=0,
+        model="tiny-random",
+        cell_config={"grpo|corridor": {"lr": 3e-5}},
+        before_once_per_env=True,
+        seed_major=True,
+    )
+    corridor = grid.EnvSetting(
+        "r3ltest/Corridor-v0", {}, "constrained", 4, 8, "test", "test", "tests:corridor:register"
+    )
+    runs = grid.build_grid(mode, tmp_path, envs={"corridor": corridor})
+    assert [r.config["eval_before"] for r in runs] == [True, False, False, False]
+    steps = [
+        {"groups": 4, "all_bases_failed": 2, "rescued": 1, "retry_loss_share": 0.5, "amplification_grad_share": None},
+        {"groups": 4, "all_bases_failed": 0, "rescued": 0, "retry_loss_share": 0.3, "amplification_grad_share": 0.2},
+    ]
+    for run in runs:
+        _write_run(
+            run, before=0.5 if run.config["eval_before"] else None, after=0.5 + 0.1 * run.seed, mechanism_steps=steps
+        )
+    agg = aggregate.aggregate(mode, runs)
+    for s in agg["runs"]:
+        assert (s["finished"], s["sampled_trajectories"], s["before"]["success"]) == (True, 4, 0.5)
+        assert s["lr"] == (3e-5 if s["method"] == "grpo" else mode.lr)
+        assert s["mechanism"][0] == {"step": 1, **steps[0]}
+    assert agg["cells"]["grpo|corridor"]["success_delta"]["mean"] == pytest.approx(0.05)
+    assert agg["missing"] == []
+    shares = mechanism.pooled(agg["runs"][:1])
+    assert shares["all_fail_share"] == 2 / 8 and shares["rescue_rate"] == 0.5
+    assert shares["retry_loss_share"] == pytest.approx(0.4) and shares["amplification_grad_share"] == 0.2
+
+
+def _comparison(lo: float, hi: float, n: int = 10) -> dict:
+    return {"n": n, "mean": (lo + hi) / 2, "lo_adj": lo, "hi_adj": hi, "p_holm": 0.5}
+
+
+HOLDS = {"all_fail_share": 0.4, "rescue_rate": 0.5, "retry_loss_share": 0.3, "amplification_grad_share": 0.2}
+
+
+@pytest.mark.parametrize(
+    ("comparison", "shares", "beats", "broken", "said"),
+    [
+        (_comparison(0.02, 0.10), HOLDS, True, None, "excludes 0"),
+        (_comparison(-0.05, 0.10), {**HOLDS, "all_fail_share": 0.1}, False, "a", "(a): few groups"),
+        (_comparison(-0.05, 0.10), {**HOLDS, "rescue_rate": 0.05}, False, "b", "(b): the retries rarely rescue"),
+        (_comparison(-0.05, 0.10), {**HOLDS, "retry_loss_share": 0.02}, False, "c", "(c): the retries carry little"),
+        (_comparison(-0.05, 0.10), {**HOLDS, "amplification_grad_share": 0.0}, False, "d", "(d): the amplification"),
+        (_comparison(-0.05, 0.10), HOLDS, False, "e", "(e): the rescued signal does not transfer"),
+        (_comparison(-0.20, -0.05), HOLDS, False, "e", "(R³L is lower)"),
+        (_comparison(-0.05, 0.10, n=1) | {"lo_adj": None}, HOLDS, None, None, "No verdict yet"),
+        (None, HOLDS, None, None, "0 paired seed(s)"),
+    ],
+)
+def test_the_verdict_names_the_first_broken_link(comparison, shares, beats, broken, said):
+    found = mechanism.verdict(comparison, shares, baseline="OPMD")
+    assert (found["beats"], found["broken"]) == (beats, broken)
+    assert said in found["text"]
+
+
+def test_an_unmeasured_link_is_skipped_and_said_and_the_thresholds_are_the_registered_ones():
+    shares = {**HOLDS, "amplification_grad_share": None}
+    found = mechanism.verdict(_comparison(-0.05, 0.10), shares)
+    assert (
+        found["broken"] == "e" and found["unmeasured"] == ["d"] and "Not measured, so not checked: (d)" in found["text"]
+    )
+    stricter = mechanism.verdict(_comparison(-0.05, 0.10), HOLDS, thresholds={"all_fail_share": 0.5})
+    assert stricter["broken"] == "a" and "0.400 < 0.5" in stricter["text"]
+
+
+def _summary(env: str, method: str, seed: int, success: float, mechanism_steps: list[dict] | None) -> dict:
+    point = {"step": 8, "trajectories": 256, "tokens": 0, "success": success, "score": success, "first_attempt": None}
+    before = {**point, "step": 0, "trajectories": 0, "success": 0.2, "score": 0.2}
+    return {
+        "env": env, "method": method, "seed": seed, "run_dir": f"/runs/{env}/{method}/seed{seed}", "finished": True,
+        "stale": False, "steps_logged": 8, "curve": [before, point], "before": before, "after": point,
+        "trajectories": 256, "sampled_trajectories": 256, "updates": 8, "optimizer": {}, "sums": {},
+        "logged_generated_tokens": None, "wall_s": None, "eval_after_detail": None, "lr": 1e-4, "carried": False,
+        "machine": "test", "autocast": "off", **({"mechanism": mechanism_steps} if mechanism_steps else {}),
+    }  # fmt: skip
+
+
+def test_the_page_renders_the_pre_registered_study_from_a_synthetic_report(tmp_path):
+    registered = _registration(tmp_path)  # strongest: OPMD
+    mode, methods = prereg.test_mode(registered, "warm-model")
+    steps = [
+        {"step": s, "groups": 4, "all_bases_failed": 2, "rescued": 0, "retry_loss_share": 0.3,
+         "amplification_grad_share": 0.1}
+        for s in range(1, 9)
+    ]  # fmt: skip
+    runs = []
+    for m in mode.methods:
+        for seed in mode.seeds_for(m, ENV):
+            success = 0.4 + 0.01 * seed if m == "r3l-oracle" else 0.2 + 0.02 * (seed % 3)
+            mech = steps if methods[m].algo == "r3l" else None
+            runs.append(_summary(ENV, m, seed, success, mech))
+    cells = {f"{m}|{ENV}": aggregate.cell_summary([r for r in runs if r["method"] == m]) for m in mode.methods}
+    data = {
+        "mode": dataclasses.asdict(mode),
+        "command": "python -m benchmarks.learning --mode prereg --model warm-model",
+        "machine": {"cpu": "test", "cores": 2, "memory": "1 GB", "python": "3.11", "versions": "", "date": "today"},
+        "versions": "torch test",
+        "invocations": [],
+        "envs": {ENV: dataclasses.asdict(grid.ENVS[ENV])},
+        "methods": {k: dataclasses.asdict(v) for k, v in methods.items()},
+        "configs": {},
+        "runs": runs,
+        "cells": cells,
+        "comparisons": [],
+        "missing": [],
+        "before_agree": {},
+        "plots": {},
+        "train_config": None,
+        "prereg": registered,
+        "warmup": {"env_id": "r3l/TextWorld-v0", "settings": {"epochs": 3, "lr": 2e-5}, "final_loss": 0.0005},
+    }
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps(data))
+    md = tmp_path / "RESULTS.md"
+    out = report.rewrite_report(saved, results_md=md, results_dir=tmp_path / "results", plots_dir=tmp_path / "plots")
+    page = md.read_text()
+    assert "<!-- begin:learning_prereg -->" in page and (tmp_path / "results" / "learning_prereg.json").is_file()
+    found = out["prereg_results"]["envs"][ENV]
+    assert found["strongest"] == "opmd" and set(found["main"]) == {"r3l-oracle|opmd", "r3l-oracle|grpo"}
+    assert found["main"]["r3l-oracle|opmd"]["family"] == 2 and found["main"]["r3l-oracle|opmd"]["verdict"] == "higher"
+    assert set(found["ablations"]) == {f"r3l-oracle|{m}" for m in prereg.ABLATIONS}
+    assert set(found["others"]) == {f"r3l-oracle|{m}" for m in ("grpo-no-kl", "dr-grpo", "raft")}
+    assert set(found["mechanism"]) == {"r3l-oracle", *(m for m in prereg.ABLATIONS if m != "raft-expert")}
+    assert found["mechanism"]["r3l-oracle"]["all_fail_share"] == 0.5 and found["verdict"]["beats"]
+    for text in (
+        "### Pre-registration: the settings, fixed on the valid split",
+        "at commit `0000000000000000000000000000000000000000`",
+        "| OPMD | **0.300** | 0.100 | 0.100 | 1e-5 |",  # the valid table, the chosen rate in bold
+        "Strongest baseline: OPMD (`opmd`).",
+        "| R³L − OPMD | 10 |",
+        "| R³L − GRPO | 10 |",
+        "| R³L − reflect-retry | ablations and control |",
+        "| RAFT + expert demos (privileged) | ablations and control |",
+        "| RAFT | other baselines |",
+        "(a) groups where every base failed ≥ 0.2",
+        f"![{ENV} mechanism](plots/{ENV}-mechanism.png)",
+        "R³L beats OPMD on held-out success",
+        "final loss 0.0005",
+        "lr: set per cell",
+        "greedy (temperature 0)",
+        "**70 of 70 runs finished.**",
+    ):
+        assert text in page, text
+    assert (tmp_path / "plots" / f"{ENV}-mechanism.png").stat().st_size > 0
+    # the saved report renders the same section again
+    again = tmp_path / "again.md"
+    report.rewrite_report(
+        tmp_path / "results" / "learning_prereg.json", results_md=again, results_dir=tmp_path / "r2",
+        plots_dir=tmp_path / "plots",
+    )  # fmt: skip
+    assert again.read_text() == page
+
+
+def test_the_valid_stage_page_shows_the_table_and_the_choices_it_would_register(tmp_path):
+    mode, methods = prereg.valid_mode("tiny-random")
+    success = {m: (0.1, 0.2, 0.15) for m in TUNED}
+    cells = _valid_cells(mode, success)
+    found = prereg_page.prereg_data({"cells": cells}, mode, methods)
+    assert found["choices"][ENV]["lr"]["grpo"] == 3e-5
+    md = "\n".join(prereg_page.render_prereg({"cells": cells, "prereg_valid": found}, mode, methods, tmp_path))
+    assert "| GRPO | 0.100 | **0.200** | 0.150 | 3e-5 |" in md and "Not registered yet" in md
+    del cells[f"{prereg.lr_key('opmd', 1e-4)}|{ENV}"]
+    unfinished = prereg_page.prereg_data({"cells": cells}, mode, methods)
+    assert unfinished["choices"][ENV] is None
