@@ -49,6 +49,7 @@ from .prereg import (
     read_prereg,
     registration,
     test_mode,
+    uncommitted,
     valid_mode,
     write_prereg,
 )
@@ -120,6 +121,9 @@ def resolve_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> t
         registered = read_prereg(args.results_dir / PREREG_JSON)
     except (FileNotFoundError, ValueError) as err:
         raise SystemExit(str(err)) from None
+    path = args.results_dir / PREREG_JSON
+    if uncommitted(path):
+        raise SystemExit(f"{path} is not committed: commit the pre-registration before the test stage runs")
     problems = check_registered(registered, args.model)
     if problems:
         raise SystemExit("the test stage would not run what was pre-registered: " + "; ".join(problems))

@@ -183,6 +183,19 @@ def git_commit(root: Path = ROOT) -> dict[str, Any]:
     return {"commit": commit, "uncommitted_changes": bool(dirty)}
 
 
+def uncommitted(path: Path) -> bool:
+    """Whether ``path`` (the pre-registration) has changes git has not committed, or is not tracked at all; a
+    file outside any git checkout (a test's folder) counts as committed: there is nothing to check it against."""
+    path = Path(path).resolve()
+    try:
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--", path.name], cwd=path.parent, capture_output=True, text=True
+        )
+    except OSError:
+        return False
+    return out.returncode == 0 and bool(out.stdout.strip())
+
+
 def read_warmup(model: str) -> dict[str, Any] | None:
     """The ``warmup.json`` beside a start model's weights (``r3l warmup`` writes it), or ``None`` for a model that
     is not such a folder."""

@@ -174,9 +174,8 @@ def _minus(c: dict[str, Any]) -> str:
     """The method minus R³L, from R³L minus the method (``c``): mean and Holm interval, negated."""
     if c["mean"] is None:
         return "—"
-    if c["lo_adj"] is None:
-        return f"{-c['mean']:+.3f}"
-    return f"{-c['mean']:+.3f} [{-c['hi_adj']:+.3f}, {-c['lo_adj']:+.3f}]"
+    mean, lo, hi = (0.0 - v if v is not None else None for v in (c["mean"], c["hi_adj"], c["lo_adj"]))  # no -0.0
+    return f"{mean:+.3f}" if lo is None else f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
 def _main_table(

@@ -129,6 +129,25 @@ def test_the_test_stage_refuses_what_differs_from_its_registration(tmp_path):
         cli.main(["--mode", "prereg", "--model", "tiny-random", "--results-dir", str(tmp_path), "--no-report"])
 
 
+def test_the_test_stage_needs_the_registration_committed(tmp_path):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    path = tmp_path / "prereg.json"
+    prereg.write_prereg(_registration(tmp_path), path)
+    assert prereg.uncommitted(path)  # untracked
+    with pytest.raises(SystemExit, match="not committed"):
+        cli.main(["--mode", "prereg", "--model", "tiny-random", "--results-dir", str(tmp_path), "--no-report"])
+    git("add", "prereg.json")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "registered")
+    assert not prereg.uncommitted(path)
+    path.write_text(path.read_text().replace("2026-11-25", "2026-11-26"))
+    assert prereg.uncommitted(path)
+
+
 def _budget(config: dict) -> int:
     return config["steps"] * config["tasks_per_step"] * config["group_size"]
 
