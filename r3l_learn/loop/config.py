@@ -258,6 +258,11 @@ class TrainConfig:
     eval_temperature: float = _f(0.4, f"sampling temperature of evals ({_PAPER}: 0.4)")
     eval_before: bool = _f(True, "evaluate the initial model (off: a sweep that evaluated it once for all its runs)")
     eval_batch_size: int = _f(8, "eval episodes played together")
+    eval_seed: int | None = _f(
+        None,
+        "the evals' seed, which fixes their distinct held-out tasks; None: 10000 + --seed, so each seed of a sweep "
+        "is evaluated on its own tasks (set one value to evaluate every seed on the same tasks)",
+    )
     # the run
     out_dir: str = _f("runs/r3l", "metrics, checkpoints, plots, summary and the final model go here", aliases=["--out"])
     seed: int = _f(0, "seeds task order, sampling and the initial weights of tiny-random")

@@ -540,8 +540,9 @@ def _is_math(env_id: str) -> bool:
 
 
 def _eval_seed(config: TrainConfig) -> int:
-    """The reset seed of the evals' first episode: the same held-out episodes at every eval."""
-    return 10_000 + config.seed
+    """The evals' seed (``config.eval_seed``, else ``10000 + config.seed``): the same held-out episodes at every
+    eval of a run."""
+    return 10_000 + config.seed if config.eval_seed is None else config.eval_seed
 
 
 def _eval(config: TrainConfig, policy: Any, step: int, log: MetricsLogger) -> EvalSummary:

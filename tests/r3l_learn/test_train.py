@@ -245,3 +245,21 @@ def test_a_run_stopped_before_its_final_eval_makes_it_on_resume(tmp_path):
     assert not again.already_finished and again.steps_done == 1
     assert [r["step"] for r in read_metrics(metrics) if "eval/success_rate" in r] == [0, 1]
     assert again.eval_after is not None and again.eval_after.success_rate == done.eval_after.success_rate
+
+
+def test_eval_seed_gives_every_seed_the_same_held_out_tasks(tmp_path, monkeypatch):
+    """A sweep that sets ``eval_seed`` evaluates each of its seeds on the same held-out tasks (its initial model
+    then needs one eval for all of them); without it each seed has its own, ``10000 + seed``."""
+    import r3l_learn.loop.train as train_module
+
+    seeds, real = [], train_module.evaluate
+
+    def spy(*args, **kwargs):
+        seeds.append(kwargs["seed"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "evaluate", spy)
+    evals = {"steps": 1, "eval_episodes": 2, "eval_batch_size": 2, "checkpoint_every": 0}
+    for name, seed, eval_seed in (("a", 0, 7), ("b", 1, 7), ("c", 1, None)):
+        train(_config(tmp_path / name, seed=seed, eval_seed=eval_seed, **evals))
+    assert seeds == [7, 7, 7, 7, 10_001, 10_001]  # before and after training, per run
