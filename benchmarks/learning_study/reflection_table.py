@@ -62,7 +62,14 @@ def render_self_reflection(reflection: dict[str, Any] | None) -> list[str]:
                     f"{count(r['retry_wins'])} ({num(r['retry_success'], 2)})",
                 ]
             )
-    state = "finished" if reflection["complete"] else "**still running: partial**"
+    # "complete" is False both while the measurement runs and after it was stopped early; the list of what was not
+    # measured tells the two apart (a stopped run names what it left out)
+    if reflection["complete"]:
+        state = "finished"
+    elif reflection.get("not_measured"):
+        state = "**stopped early: partial**, see what was not measured below"
+    else:
+        state = "**still running: partial**"
     md += [
         f"`python -m benchmarks.self_reflection` ({state}): model `{reflection.get('model')}` at temperature "
         f"{reflection.get('temperature')}, {reflection.get('tasks')} test tasks × {reflection.get('samples')} "

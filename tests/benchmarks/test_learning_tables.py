@@ -197,6 +197,15 @@ def test_self_reflection_rates_are_read_and_shown(tmp_path):
     md = "\n".join(reflection_table.render_self_reflection(reflection_table.read_self_reflection(tmp_path)))
     assert "model `m` at temperature 0.5" in md and "`python -m benchmarks.self_reflection`" in md
     assert "Not measured: coin_collector-d2 (not run for time)." in md
+    # a measurement stopped early (it names what it left out) is not one still running
+    data["complete"] = False
+    (tmp_path / "self_reflection.json").write_text(json.dumps(data))
+    md = "\n".join(reflection_table.render_self_reflection(reflection_table.read_self_reflection(tmp_path)))
+    assert "stopped early: partial" in md and "still running" not in md
+    del data["not_measured"]
+    (tmp_path / "self_reflection.json").write_text(json.dumps(data))
+    md = "\n".join(reflection_table.render_self_reflection(reflection_table.read_self_reflection(tmp_path)))
+    assert "still running: partial" in md
     (tmp_path / "self_reflection.json").write_text(json.dumps({"rows": []}))
     with pytest.raises(ValueError, match="configs"):
         reflection_table.read_self_reflection(tmp_path)
