@@ -51,6 +51,7 @@ def calibration_entry(env: str, chosen: dict[str, Any], config: dict[str, Any] |
     entry["key"] = chosen.get("key")
     entry["file"] = chosen.get("file")
     entry["lever"] = chosen.get("lever") or chosen.get("why")
+    entry["why"] = chosen.get("why") if chosen.get("lever") else None  # the longer account, where both are given
     entry["config"] = config
     entry["checks"] = checks(entry)
     return entry
@@ -130,4 +131,9 @@ def render_calibration(calibration: dict[str, Any] | None) -> list[str]:
             ]
         )
     header = ["env", "configuration", "lever", "base", "retry", "fixed habit", "random", "episodes"]
-    return md + table([*header, "distinct test tasks"], rows)
+    md += table([*header, "distinct test tasks"], rows)
+    short = [(env, e["why"]) for env, e in calibration.items() if e.get("why") and not all(e["checks"].values())]
+    if short:
+        md += ["", "Why the closest configurations fall short:", ""]
+        md += [f"- **{env}**: {why}" for env, why in short]
+    return md

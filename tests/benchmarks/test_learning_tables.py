@@ -146,15 +146,19 @@ def test_calibration_reads_the_chosen_configurations(tmp_path):
     config = {"env_id": "r3l/TextWorld-v0", "env_kwargs": {"difficulty": 5}, "max_turns": 8, "temperature": 0.7}
     (folder / "k.json").write_text(json.dumps({"config": config, "base_success": 0.12}))
     chosen = {"tw": _chosen(lever="temperature"), "alf": _chosen(file="absent.json", fixed_habit_success=0.5)}
+    chosen["th"] = _chosen(file="absent.json", lever="turns", why="the retries follow one step", retry_success=0.2)
     (folder / "chosen.json").write_text(json.dumps(chosen))
     cal = calibration_table.read_calibration(tmp_path)
-    assert list(cal) == ["alf", "tw"]
+    assert list(cal) == ["alf", "th", "tw"]
     assert cal["tw"]["config"] == config and cal["tw"]["lever"] == "temperature"
     assert cal["alf"]["config"] is None and cal["alf"]["lever"] == "temperature 0.7"  # its why
     assert not cal["alf"]["checks"]["fixed_habit_success"]
     md = "\n".join(calibration_table.render_calibration(cal))
     assert "| alf | `k` | temperature 0.7 | 0.120 pass | 0.310 pass | 0.500 **fail** |" in md
     assert "max_turns 8, temperature 0.7" in md and "5%–25%" in md
+    # the longer account of a configuration out of range, where a lever names it in the table (alf's why is its
+    # lever; tw is in range)
+    assert md.count("\n- **") == 1 and "- **th**: the retries follow one step" in md
     assert "No configuration has been chosen yet" in "\n".join(calibration_table.render_calibration(None))
 
 
