@@ -36,7 +36,7 @@ REGISTER_COMMAND = "python -m benchmarks.learning --mode prereg-valid --model PA
 PREREG_JSON = "prereg.json"
 
 #: the envs of a pre-registration (the start model is warmed up on this env's train split)
-PREREG_ENVS = ("treasure-hunter",)
+PREREG_ENVS = ("treasure-hunter", "coin-collector-5")
 #: the learning rates tried on the valid split
 LRS = (1e-5, 3e-5, 1e-4)
 #: the methods whose learning rate is chosen on the valid split, R³L first; the strongest baseline is one of the
@@ -106,9 +106,10 @@ def settings(fields: frozenset[str] | None = None) -> dict[str, Any]:
     }
 
 
-def valid_mode(model: str, envs: Sequence[str] = PREREG_ENVS) -> tuple[Mode, dict[str, Method]]:
+def valid_mode(model: str, envs: Sequence[str] | None = None) -> tuple[Mode, dict[str, Method]]:
     """The ``prereg-valid`` stage: every tuned method at every rate of :data:`LRS`, seed :data:`VALID_SEED`, held
     out on the valid split; its methods are the tuned ones keyed per rate (:func:`lr_key`)."""
+    envs = PREREG_ENVS if envs is None else envs
     methods = {lr_key(m, lr): _at_lr(METHODS[m], lr) for m in TUNED for lr in LRS}
     mode = Mode(
         VALID,
