@@ -47,8 +47,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # the game's walkthrough: a 135M model cannot reflect usefully), steps of 2 tasks × 4 trajectories, lr 1e-4.
     # The held-out evals are greedy over 64 distinct test games, before and after. It starts from the embedded
     # SmolLM2, not the study's guidance-following warm-up (about an hour on 2 cores), so its guided retries win
-    # less often than the calibration's. Timed at 7.5 min on 2 cores (bf16); tests/benchmarks/test_learning.py
-    # checks that the env settings stay the study's.
+    # less often than the calibration's. Timed at 4 min 16 s on a fresh clone, 2 quiet cores (bf16).
+    # tests/benchmarks/test_learning.py checks that the env settings stay the study's.
     "cpu-demo": {
         "env": "r3l/TextWorld-v0",
         "env_kwargs": {"game_type": "treasure_hunter", "difficulty": 5},
