@@ -431,3 +431,13 @@ def test_the_valid_stage_page_shows_the_table_and_the_choices_it_would_register(
     del cells[f"{prereg.lr_key('opmd', 1e-4)}|{ENV}"]
     unfinished = prereg_page.prereg_data({"cells": cells}, mode, methods)
     assert unfinished["choices"][ENV] is None
+
+
+def test_the_page_reads_the_mechanism_metrics_the_learner_writes():
+    """The mechanism names are a file format between the learner (metrics.jsonl) and the page: a rename on one
+    side must fail here, not leave the page's mechanism columns silently empty."""
+    from r3l_learn.algorithms.update import UpdateResult, UpdateStats
+    from r3l_learn.loop.mechanism import mechanism_metrics
+
+    written = mechanism_metrics([], UpdateResult(UpdateStats(), grad_norm=None, stepped=False))
+    assert {f"mechanism/{name}" for name in aggregate.MECHANISM} <= set(written)
