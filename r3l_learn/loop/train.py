@@ -36,6 +36,7 @@ from r3l_learn.loop.config import RESUMABLE_CHANGES, TrainConfig, config_from_di
 from r3l_learn.loop.evaluate import EvalSummary, evaluate
 from r3l_learn.loop.groups import GroupBuilder, groups_with_contrast, make_group_builder
 from r3l_learn.loop.mechanism import amplification_extras, measures_amplification, mechanism_metrics
+from r3l_learn.loop.memory import release_free_memory, resident_mb
 from r3l_learn.loop.metrics import MetricsLogger, read_metrics
 from r3l_learn.loop.prebuild import eval_task_ids, has_content_to_build, prebuild
 from r3l_learn.loop.progress import phase, progress_default
@@ -403,6 +404,7 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
         groups, built = sample.groups, sample.built
     else:
         groups = built = run.builder.collect(run.stream.take(config.tasks_per_step), seed=seed)
+    release_free_memory()  # the rollouts' KV caches and logits, freed, go back before the update allocates
     t1, c1 = time.perf_counter(), time.process_time()
     rows = rows_from_groups(groups, run.algo, hyper=run.hyper, mask_truncated=run.config.mask_truncated)
     extras = None
@@ -411,6 +413,7 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
     with interrupts.critical():  # a Ctrl-C here waits until the step is applied and logged
         run.doing, run.backwards, run.rows = "updating", 0, len(rows)
         result = _update(run, rows, extras)
+        release_free_memory()
         # only a non-finite loss or gradient is a bad step; a step without contrast ran nothing, so it neither
         # counts as one nor breaks a run of them
         ok = result.stepped or result.no_contrast
@@ -419,6 +422,7 @@ def _train_step(run: _Run, step: int, interrupts: Interrupts, on_step: list[OnSt
         times = (t0, t1, time.perf_counter()), (c0, c1, time.process_time())
         metrics = _step_metrics(built, run.algo, result, times)
         metrics["update/optimizer_steps"] = optimizer_steps(run.optimizer)
+        metrics.update({f"memory/{key}": mb for key, mb in resident_mb().items()})
         if sample is not None:
             metrics.update(sample.metrics())
         own = dict(metrics)
