@@ -118,8 +118,10 @@ def verdict(
     if comparison["lo_adj"] > 0:
         text = f"R³L beats {baseline} on held-out success: R³L − {baseline} = {interval}, which excludes 0."
         return {"beats": True, "broken": None, "unmeasured": [], "text": text}
-    head = f"R³L does not beat {baseline}: R³L − {baseline} = {interval}, which does not exclude 0"
-    head += " (R³L is lower)." if comparison["hi_adj"] < 0 else "."
+    if comparison["hi_adj"] < 0:
+        head = f"R³L does worse than {baseline}: R³L − {baseline} = {interval}, which lies below 0."
+    else:
+        head = f"R³L does not beat {baseline}: R³L − {baseline} = {interval}, which includes 0."
     unmeasured = []
     for key, letter, meaning in LINKS:
         value = shares.get(key)

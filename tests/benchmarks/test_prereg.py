@@ -311,7 +311,7 @@ HOLDS = {"all_fail_share": 0.4, "rescue_rate": 0.5, "retry_loss_share": 0.3, "am
         (_comparison(-0.05, 0.10), {**HOLDS, "retry_loss_share": 0.02}, False, "c", "(c): the retries carry little"),
         (_comparison(-0.05, 0.10), {**HOLDS, "amplification_grad_share": 0.0}, False, "d", "(d): the amplification"),
         (_comparison(-0.05, 0.10), HOLDS, False, "e", "(e): the rescued signal does not transfer"),
-        (_comparison(-0.20, -0.05), HOLDS, False, "e", "(R³L is lower)"),
+        (_comparison(-0.20, -0.05), HOLDS, False, "e", "does worse than"),
         (_comparison(-0.05, 0.10, n=1) | {"lo_adj": None}, HOLDS, None, None, "No verdict yet"),
         (None, HOLDS, None, None, "0 paired seed(s)"),
     ],
