@@ -63,26 +63,28 @@ def prereg_data(data: dict[str, Any], mode: Mode, methods: dict[str, Method]) ->
 
 def render_prereg(data: dict[str, Any], mode: Mode, methods: dict[str, Method], page_dir: Path) -> list[str]:
     """The section of either stage: the valid stage's table and choices, or the registered settings followed by
-    the comparison, the ablations, the mechanism and the verdict."""
+    one table of R³L against the strongest baseline and GRPO on every env, the ablations in the paper's shape, the
+    mechanism per env and the verdicts."""
     if mode.name == VALID:
         return _valid_stage(data, mode)
     md = _registered(data.get("prereg"), data.get("warmup"), mode)
     results = data.get("prereg_results") or {}
+    found = {env: results["envs"][env] for env in mode.envs if env in (results.get("envs") or {})}
+    if not found:
+        return md
     cells, ref = data["cells"], reference(methods)
-    for env in mode.envs:
-        found = (results.get("envs") or {}).get(env)
-        if found is None:
-            continue
-        md += ["", f"### Pre-registered comparison on `{env}`: held-out success after training", ""]
-        md += _main_table(found["main"], cells, env, ref, methods)
-        md += ["", f"### `{env}`: R³L's ablations and the privilege control, the other baselines", ""]
-        md += _paper_table(found, cells, env, ref, methods)
-        md += ["", f"### `{env}`: the mechanism per training step", ""]
-        md += _mechanism(found["mechanism"], results["thresholds"], methods)
+    md += ["", "### R³L against the strongest baseline and GRPO: held-out success after training", ""]
+    md += _main_table(found, cells, ref, methods)
+    md += ["", "### R³L's ablations, the privilege control and the other baselines (the paper's shape)", ""]
+    md += _paper_table(found, cells, ref, methods)
+    md += ["", "### The mechanism per training step", "", _mechanism_intro(results["thresholds"])]
+    for env, f in found.items():
+        md += ["", f"`{env}`:", "", *_mechanism(f["mechanism"], methods)]
         plot = (data.get("mechanism_plots") or {}).get(env)
         if plot:
             md += ["", f"![{env} mechanism]({os.path.relpath(plot, page_dir)})"]
-        md += ["", f"### `{env}`: verdict (generated from the numbers above)", "", found["verdict"]["text"]]
+    md += ["", "### Verdict (generated from the numbers above)", ""]
+    md += [f"- `{env}`: {f['verdict']['text']}" for env, f in found.items()]
     return md
 
 
@@ -178,59 +180,62 @@ def _minus(c: dict[str, Any]) -> str:
     return f"{mean:+.3f}" if lo is None else f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
-def _main_table(
-    family: dict[str, Any], cells: dict[str, Any], env: str, ref: str, methods: dict[str, Method]
-) -> list[str]:
-    m = next(iter(family.values()))["family"] if family else 0
-    intro = (
-        f"Paired by seed (the same start model and held-out tasks). The {m} comparison(s) form one family: "
-        f"intervals at level 1 − 0.05/{m} (simultaneous), verdicts by Holm's adjusted p-values at 0.05."
-        if m
-        else "No comparison has two paired seeds yet: no interval, no test."
-    )
+def _main_table(found: dict[str, Any], cells: dict[str, Any], ref: str, methods: dict[str, Method]) -> list[str]:
     rows = []
-    for key, c in family.items():
-        other = key.split("|")[1]
-        mean, adjusted, p = _diff(c)
-        r3l, base = interval(cells[f"{ref}|{env}"]["success"]), interval(cells[f"{other}|{env}"]["success"])
-        rows.append([f"R³L − {methods[other].label}", str(c["n"]), r3l, base, mean, adjusted, p, c["verdict"]])
-    header = ["comparison", "n", "R³L", "baseline", "mean Δ", "Holm CI", "p (Holm)", "verdict"]
+    for env, f in found.items():
+        for key, c in f["main"].items():
+            other = key.split("|")[1]
+            mean, adjusted, p = _diff(c)
+            r3l, base = interval(cells[f"{ref}|{env}"]["success"]), interval(cells[f"{other}|{env}"]["success"])
+            rows.append([f"`{env}`", f"R³L − {methods[other].label}", str(c["n"]), r3l, base, mean, adjusted, p])
+            rows[-1].append(c["verdict"])
+    intro = (
+        "Paired by seed (the same start model and held-out tasks). Per env, the comparisons with the strongest "
+        "baseline and with GRPO form one family of m: intervals at level 1 − 0.05/m (simultaneous), verdicts by "
+        "Holm's adjusted p-values at 0.05; an interval needs two paired seeds."
+    )
+    header = ["env", "comparison", "n", "R³L", "baseline", "mean Δ", "Holm CI", "p (Holm)", "verdict"]
     return [intro, "", *table(header, rows)]
 
 
-def _paper_table(
-    found: dict[str, Any], cells: dict[str, Any], env: str, ref: str, methods: dict[str, Method]
-) -> list[str]:
-    rows = [[methods[ref].label, "", interval(cells[f"{ref}|{env}"]["success"]), "—", "—"]]
+def _paper_table(found: dict[str, Any], cells: dict[str, Any], ref: str, methods: dict[str, Method]) -> list[str]:
+    """One row per method, two columns per env (held-out success; the method minus R³L with its Holm interval)."""
+    envs = list(found)
+    rows = [[methods[ref].label, "", *(x for e in envs for x in (interval(cells[f"{ref}|{e}"]["success"]), "—"))]]
     for part, name in (("ablations", "ablations and control"), ("others", "other baselines")):
-        for key, c in found[part].items():
-            other = key.split("|")[1]
-            delta = _minus(c)
-            success = interval(cells[f"{other}|{env}"]["success"])
-            rows.append([methods[other].label, name, success, delta, num(c["p_holm"])])
+        keys = dict.fromkeys(k for e in envs for k in found[e][part])
+        for key in keys:
+            other, row = key.split("|")[1], [methods[key.split("|")[1]].label, name]
+            for e in envs:
+                c = found[e][part].get(key)
+                row += [interval(cells[f"{other}|{e}"]["success"]), "—" if c is None else _minus(c)]
+            rows.append(row)
     intro = (
         "Δ vs R³L is the method minus R³L in held-out success, paired by seed, with its Holm interval (level "
-        "1 − 0.05/m; negative: the method is below R³L); the ablations with the privilege control form one "
-        "family, the other baselines another."
+        "1 − 0.05/m; negative: the method is below R³L). Per env, the ablations with the privilege control form "
+        "one family, the other baselines another."
     )
-    return [intro, "", *table(["method", "row", "held-out success", "Δ vs R³L (Holm CI)", "p (Holm)"], rows)]
+    header = ["method", "row"] + [x for e in envs for x in (f"`{e}` success", f"`{e}` Δ vs R³L (Holm CI)")]
+    return [intro, "", *table(header, rows)]
 
 
-def _mechanism(mechanism: dict[str, Any], thresholds: dict[str, float], methods: dict[str, Method]) -> list[str]:
+def _mechanism_intro(thresholds: dict[str, float]) -> str:
     limits = "; ".join(f"({letter}) {SHARES[key]} ≥ {thresholds[key]:g}" for key, letter, _ in LINKS)
-    md = [
+    return (
         "Pooled over the finished seeds and steps (all-failed share and rescue rate as ratios of sums, the loss "
-        "and gradient shares as means over the steps that logged them); the plot draws them per step, mean over "
-        f"seeds. A link holds when: {limits}; (e) is the held-out comparison itself.",
-        "",
-    ]
+        "and gradient shares as means over the steps that logged them); the plots draw them per step, mean over "
+        f"seeds. A link holds when: {limits}; (e) is the held-out comparison itself."
+    )
+
+
+def _mechanism(mechanism: dict[str, Any], methods: dict[str, Method]) -> list[str]:
     rows = []
     for m, p in mechanism.items():
         shares = (num(p[k]) for k in SHARES)
         rows.append([methods[m].label, count(p["groups"]), count(p["all_bases_failed"]), count(p["rescued"]), *shares])
     header = ["method", "groups", "groups with every base failed", "of them rescued", "all-failed share"]
     header += ["rescued ÷ all-failed", "retry share of the loss", "amplification share of the gradient"]
-    return md + table(header, rows)
+    return table(header, rows)
 
 
 #: the modes whose page opens with this section
