@@ -160,7 +160,7 @@ def _row_parts(rows: list[Any]) -> Iterator[tuple[str, Any]]:
 def _metric_parts(metrics: dict[str, Any]) -> Iterator[tuple[str, Any]]:
     for key in sorted(metrics):
         value = metrics[key]
-        if key.startswith("speed/"):  # clocks
+        if key.startswith(("speed/", "memory/")):  # clocks and resident memory
             continue
         if isinstance(value, float):
             yield from _float_parts(f"metric.{key}", value)
