@@ -35,9 +35,10 @@ module per job, each importing only those above it in this list:
   grid (``prereg-valid`` chooses each method's learning rate and the strongest baseline on the valid split and
   records them in ``results/prereg.json``; ``prereg`` runs the comparison on the test split from that file alone),
   reflect-then-retry's mechanism per step with the verdict that names the first broken link, and its page section.
-* :mod:`~benchmarks.learning_study.report` — writes the section ``learning`` of ``benchmarks/RESULTS.md``,
-  ``benchmarks/results/learning.json`` and the plots, from the run directories or from a saved ``learning.json``
-  (the pre-registered stages: sections and files ``learning_prereg_valid`` and ``learning_prereg``).
+* :mod:`~benchmarks.learning_study.report` — writes a mode's section of ``benchmarks/RESULTS.md``, its JSON in
+  ``benchmarks/results/`` and the plots, from the run directories or from a saved JSON: the pre-registered
+  comparison (mode ``prereg``) is the study of record, section and file ``learning``; every other mode has its own
+  (``learning_fair``, ``learning_prereg_valid``, ...).
 
 Restart-at-pivot vs retry-from-scratch: the method ``r3l-retry-from-scratch`` is R³L with each retry replayed from
 turn 0 with the same guidance (a Reflect-GRPO-style retry at the same budget of N trajectories); the page also

@@ -7,7 +7,7 @@ Usage (``benchmarks/learning.py`` is this module's command line)::
     python -m benchmarks.learning --mode gpu --jobs 2           # --device cuda
     python -m benchmarks.learning --mode fair --jobs 2 --threads 1 --out-root runs/fair  # the fair-rules rerun
     python -m benchmarks.learning --mode quick --report-only    # re-aggregate existing runs
-    python -m benchmarks.learning --from-json benchmarks/results/learning.json  # re-render a saved report
+    python -m benchmarks.learning --from-json benchmarks/results/learning_fair.json  # re-render a saved report
 
 The pre-registered study (:mod:`benchmarks.learning_study.prereg`), from a start model made by ``r3l warmup``::
 
@@ -16,8 +16,9 @@ The pre-registered study (:mod:`benchmarks.learning_study.prereg`), from a start
     git add benchmarks/results/prereg.json && git commit ...                           # before the test stage
     python -m benchmarks.learning --mode prereg --model PATH --time-budget 240         # resumable
 
-On a fresh machine (no run directories) a sweep or report continues from the committed
-``benchmarks/results/learning.json``: its finished runs count as done for the same cells (made on another CPU kind
+On a fresh machine (no run directories) a sweep or report continues from the committed report of the same mode
+(``benchmarks/results/learning.json`` for the pre-registered comparison, ``learning_fair.json`` for the fair mode,
+...): its finished runs count as done for the same cells (made on another CPU kind
 too; the page says which), and only the rest run. ``--no-saved`` uses the run directories alone.
 """
 
@@ -86,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="the committed report whose finished runs count as done where no run dir holds them "
-        "(default: RESULTS_DIR/learning.json when it is of the same mode)",
+        "(default: the mode's own RESULTS_DIR/learning*.json, when it is of the same mode)",
     )
     parser.add_argument("--no-saved", action="store_true", help="use only the run directories under --out-root")
     parser.add_argument("--no-report", action="store_true", help="run; do not write RESULTS.md")

@@ -1,6 +1,7 @@
-"""Writes the learning report: the section ``learning`` of RESULTS.md, ``results/learning.json`` and one plot per
-env, from the run directories (:func:`write_report`) or again from a saved ``learning.json`` (:func:`rewrite_report`,
-for a change of wording or layout without the runs)."""
+"""Writes the learning report: a section of RESULTS.md (``learning`` for the pre-registered comparison,
+``learning_MODE`` for the other modes), ``results/SECTION.json`` and one plot per env, from the run directories
+(:func:`write_report`) or again from a saved JSON (:func:`rewrite_report`, for a change of wording or layout without
+the runs)."""
 
 from __future__ import annotations
 
@@ -25,13 +26,14 @@ from .prereg_page import prereg_data
 from .reflection_table import read_self_reflection
 
 SECTION = "learning"
-#: the pre-registered study's stages have sections (and JSON files) of their own, beside the study before them
-SECTIONS = {"prereg-valid": "learning_prereg_valid", "prereg": "learning_prereg"}
+#: the pre-registered comparison is the study of record (section ``learning``); every other mode's report has a
+#: section (and JSON file) of its own beside it, e.g. ``learning_fair``
+SECTIONS = {"prereg": SECTION, "prereg-valid": "learning_prereg_valid"}
 
 
 def section_of(mode: str) -> str:
     """The RESULTS.md section (and ``results/NAME.json``) a mode's report goes to."""
-    return SECTIONS.get(mode, SECTION)
+    return SECTIONS.get(mode, f"{SECTION}_{mode.replace('-', '_')}")
 
 
 def library_versions() -> str:

@@ -41,8 +41,8 @@ MODE = grid.Mode(
 
 
 def _section(markdown: str) -> str:
-    """The body of the section ``learning`` of a RESULTS.md page."""
-    begin, end = "<!-- begin:learning -->\n", "\n<!-- end:learning -->"
+    """The body of the test mode's section (``learning_test``) of a RESULTS.md page."""
+    begin, end = "<!-- begin:learning_test -->\n", "\n<!-- end:learning_test -->"
     return markdown[markdown.index(begin) + len(begin) : markdown.index(end)]
 
 
@@ -142,14 +142,14 @@ def test_the_grid_runs_aggregates_skips_and_resumes(tmp_path):
     assert cost["per_cpu_hour"] == pytest.approx(3600 / (cost["collect_cpu_s"] + cost["update_cpu_s"]))
     assert {c["other"] for c in data["comparisons"]} == {"grpo"}
     written = md.read_text()
-    assert "<!-- begin:learning -->" in written and "<!-- end:learning -->" in written
+    assert "<!-- begin:learning_test -->" in written and "<!-- end:learning_test -->" in written
     headings = ("### Held-out success after training", "### Retry economics", "### Cost per trajectory")
     headings += ("### Held-out success along training",)
     for text in ("| R³L (oracle) |", "| GRPO |", *headings, "corridor.png"):
         assert text in written, text
     assert "step 0 (0 traj.)" in written and "step 1 (2 traj.)" in written
     assert "retry from scratch" in written and "R³L (oracle) vs GRPO (success)" in written
-    assert json.loads((results / "learning.json").read_text())["mode"]["name"] == "test"
+    assert json.loads((results / "learning_test.json").read_text())["mode"]["name"] == "test"
     assert (tmp_path / "plots" / "corridor.png").stat().st_size > 0
     assert data["train_config"]["shared"]["seed"] == "<seed>" and "Every other TrainConfig field" in written
 
@@ -157,12 +157,12 @@ def test_the_grid_runs_aggregates_skips_and_resumes(tmp_path):
     section = _section(written)
     assert page.render(json.loads(json.dumps(data, default=str)), page_dir=tmp_path).strip() == section
     plots = {p.name: p.read_bytes() for p in (tmp_path / "plots").iterdir()}
-    saved = (results / "learning.json").read_bytes()
+    saved = (results / "learning_test.json").read_bytes()
     again_md = tmp_path / "again.md"  # beside RESULTS.md: the same links to the plots
-    args = ["--from-json", str(results / "learning.json"), "--results-md", str(again_md)]
+    args = ["--from-json", str(results / "learning_test.json"), "--results-md", str(again_md)]
     assert cli.main([*args, "--results-dir", str(tmp_path / "again"), "--plots-dir", str(tmp_path / "plots")]) == 0
     assert _section(again_md.read_text()) == section
-    assert (tmp_path / "again" / "learning.json").read_bytes() == saved
+    assert (tmp_path / "again" / "learning_test.json").read_bytes() == saved
     assert {p.name: p.read_bytes() for p in (tmp_path / "plots").iterdir()} == plots
 
     _, again = scheduler.sweep(MODE, out_root=out_root, envs=ENVS, threads=1)
@@ -194,9 +194,10 @@ def test_modes_envs_and_methods_read_back_from_json():
 
 
 def test_the_committed_report_renders_again_from_its_json():
-    """The committed learning.json holds everything its page needs: the discussion regenerated from its numbers is
-    the one it saved, and the page renders with its tables and plot links, without any run directory."""
-    saved = json.loads((ROOT / "benchmarks" / "results" / "learning.json").read_text())
+    """The fair mode's committed report (learning_fair.json) holds everything its page needs: the discussion
+    regenerated from its numbers is the one it saved, and the page renders with its tables and plot links, without
+    any run directory."""
+    saved = json.loads((ROOT / "benchmarks" / "results" / "learning_fair.json").read_text())
     mode = grid.Mode.from_dict(saved["mode"])
     methods = {k: grid.Method.from_dict(v) for k, v in saved["methods"].items()}
     assert discussion.discussion(mode, saved, methods) == saved["discussion"]
@@ -271,4 +272,4 @@ def _continued_on_a_fresh_machine(saved, tmp_path):
     with pytest.raises(SystemExit, match="not a learning report"):
         (tmp_path / "junk.json").write_text("[1, 2]")
         cli.load_saved(tmp_path / "junk.json", "test")
-    assert cli.load_saved(tmp_path / "continued" / "learning.json", "another mode") is None
+    assert cli.load_saved(tmp_path / "continued" / "learning_test.json", "another mode") is None

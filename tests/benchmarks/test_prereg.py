@@ -383,7 +383,7 @@ def test_the_page_renders_the_pre_registered_study_from_a_synthetic_report(tmp_p
     md = tmp_path / "RESULTS.md"
     out = report.rewrite_report(saved, results_md=md, results_dir=tmp_path / "results", plots_dir=tmp_path / "plots")
     page = md.read_text()
-    assert "<!-- begin:learning_prereg -->" in page and (tmp_path / "results" / "learning_prereg.json").is_file()
+    assert "<!-- begin:learning -->" in page and (tmp_path / "results" / "learning.json").is_file()  # of record
     found = out["prereg_results"]["envs"][ENV]
     assert found["strongest"] == "opmd" and set(found["main"]) == {"r3l-oracle|opmd", "r3l-oracle|grpo"}
     assert found["main"]["r3l-oracle|opmd"]["family"] == 2 and found["main"]["r3l-oracle|opmd"]["verdict"] == "higher"
@@ -415,7 +415,7 @@ def test_the_page_renders_the_pre_registered_study_from_a_synthetic_report(tmp_p
     # the saved report renders the same section again
     again = tmp_path / "again.md"
     report.rewrite_report(
-        tmp_path / "results" / "learning_prereg.json", results_md=again, results_dir=tmp_path / "r2",
+        tmp_path / "results" / "learning.json", results_md=again, results_dir=tmp_path / "r2",
         plots_dir=tmp_path / "plots",
     )  # fmt: skip
     assert again.read_text() == page
