@@ -27,6 +27,12 @@ def _family(cells: dict[str, Any], env: str, ref: str, others: list[str]) -> dic
     return paired_family(pairs)
 
 
+def _start(runs: list[dict[str, Any]], envs: tuple[str, ...]) -> dict[str, float | None]:
+    """Per env, the start model's held-out success before training (every valid run of an env shares it)."""
+    before = {r["env"]: (r.get("before") or {}).get("success") for r in runs if r.get("before")}
+    return {env: before.get(env) for env in envs}
+
+
 def prereg_data(data: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> dict[str, Any]:
     """What the section shows beyond the grid's cells. The valid stage: the valid table and the choices it makes
     (``None`` per env until every run finished). The test stage, per env: R³L − the strongest baseline and − GRPO
@@ -41,7 +47,7 @@ def prereg_data(data: dict[str, Any], mode: Mode, methods: dict[str, Method]) ->
                 choices[env] = choose(table_[env])
             except ValueError:
                 choices[env] = None
-        return {"valid": table_, "choices": choices}
+        return {"valid": table_, "choices": choices, "start": _start(data["runs"], mode.envs)}
     registered = data.get("prereg") or {}
     thresholds = {**THRESHOLDS, **registered.get("settings", {}).get("verdict_thresholds", {})}
     ref, out = reference(methods), {}
@@ -128,6 +134,10 @@ def _valid_stage(data: dict[str, Any], mode: Mode) -> list[str]:
         "chosen rate. Nothing here has seen the test split."
     )
     md += _valid_tables(found.get("valid") or {}, found.get("choices") or {}, list(mode.envs))
+    start = {env: s for env, s in (found.get("start") or {}).items() if s is not None}
+    if start:
+        said = ", ".join(f"`{env}` {num(s)}" for env, s in start.items())
+        md += ["", f"The start model, evaluated the same way before training (the same valid episodes): {said}."]
     registered = data.get("prereg")
     if registered:
         md += ["", f"Registered in `results/prereg.json` on {registered['date']} at commit `{registered['commit']}`."]

@@ -425,12 +425,14 @@ def test_the_valid_stage_page_shows_the_table_and_the_choices_it_would_register(
     mode, methods = prereg.valid_mode("tiny-random")
     success = {m: (0.1, 0.2, 0.15) for m in TUNED}
     cells = _valid_cells(mode, success)
-    found = prereg_page.prereg_data({"cells": cells}, mode, methods)
-    assert found["choices"][ENV]["lr"]["grpo"] == 3e-5
+    runs = [{"env": ENV, "before": {"success": 0.125}}, {"env": ENV, "before": None}]
+    found = prereg_page.prereg_data({"cells": cells, "runs": runs}, mode, methods)
+    assert found["choices"][ENV]["lr"]["grpo"] == 3e-5 and found["start"] == {ENV: 0.125}
     md = "\n".join(prereg_page.render_prereg({"cells": cells, "prereg_valid": found}, mode, methods, tmp_path))
     assert "| GRPO | 0.100 | **0.200** | 0.150 | 3e-5 |" in md and "Not registered yet" in md
+    assert f"before training (the same valid episodes): `{ENV}` 0.125." in md
     del cells[f"{prereg.lr_key('opmd', 1e-4)}|{ENV}"]
-    unfinished = prereg_page.prereg_data({"cells": cells}, mode, methods)
+    unfinished = prereg_page.prereg_data({"cells": cells, "runs": []}, mode, methods)
     assert unfinished["choices"][ENV] is None
 
 
