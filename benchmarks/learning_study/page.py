@@ -40,11 +40,13 @@ def render(data: dict[str, Any], *, page_dir: Path) -> str:
     envs = {k: EnvSetting.from_dict(v) for k, v in data["envs"].items()}
     methods = {k: Method.from_dict(v) for k, v in data["methods"].items()}
     history = data["invocations"]
-    md = _heading(data, mode, history)
+    title, *how = _heading(data, mode, history)
+    md = [title]
+    if mode.name in PREREG_PAGE_MODES:  # the pre-registration and its comparison first, how the runs were made after
+        md += [*render_prereg(data, mode, methods, page_dir), "", "### How the runs were made"]
+    md += how
     if mode.name in FAIR_MODES:
         md += render_fair(data, mode, methods)
-    if mode.name in PREREG_PAGE_MODES:
-        md += render_prereg(data, mode, methods, page_dir)
     if "calibration" in data:
         md += render_calibration(data["calibration"])
     if "self_reflection" in data:

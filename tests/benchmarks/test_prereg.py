@@ -411,6 +411,8 @@ def test_the_page_renders_the_pre_registered_study_from_a_synthetic_report(tmp_p
         "**60 of 60 runs finished.**",
     ):
         assert text in page, text
+    order = ("### Pre-registration", "### R³L against the strongest", "### Verdict", "### How the runs were made")
+    assert [page.index(t) for t in order] == sorted(page.index(t) for t in order)  # settings and verdict first
     assert (tmp_path / "plots" / f"{ENV}-mechanism.png").stat().st_size > 0
     # the saved report renders the same section again
     again = tmp_path / "again.md"
