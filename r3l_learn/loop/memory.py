@@ -5,7 +5,7 @@ freed, so after the first few steps most activations, KV caches and logits live 
 stays in the process: a free page in the middle of the heap is never returned on its own. Measured on 8-turn
 TextWorld runs (SmolLM2-135M, groups of 8, micro-batches of 4): an R³L run held 11.1 GB between phases, and one
 ``malloc_trim(0)`` brought it to 5.3 GB; a GRPO run trimmed after each phase logs 5.1-5.4 GB after its updates.
-The peak inside a phase is not lowered (the update's activations are in use, ~11 GB at its top), so this keeps
+The peak inside a phase is not lowered (what is in use then: 11-12.5 GB at the top of these runs), so this keeps
 memory bounded between phases, for whatever shares the machine, and does not make two such runs fit in 24 GiB.
 
 :func:`release_free_memory` calls ``malloc_trim(0)``, which since glibc 2.8 also releases the free pages inside
