@@ -197,8 +197,9 @@ def _main_table(found: dict[str, Any], cells: dict[str, Any], ref: str, methods:
             other = key.split("|")[1]
             mean, adjusted, p = _diff(c)
             r3l, base = interval(cells[f"{ref}|{env}"]["success"]), interval(cells[f"{other}|{env}"]["success"])
-            rows.append([f"`{env}`", f"R³L − {methods[other].label}", str(c["n"]), r3l, base, mean, adjusted, p])
-            rows[-1].append(c["verdict"])
+            rows.append(
+                [f"`{env}`", f"R³L − {methods[other].label}", str(c["n"]), r3l, base, mean, adjusted, p, c["verdict"]]
+            )
     intro = (
         "Paired by seed (the same start model and held-out tasks). Per env, the comparisons with the strongest "
         "baseline and with GRPO form one family of m: intervals at level 1 − 0.05/m (simultaneous), verdicts by "
@@ -215,17 +216,19 @@ def _paper_table(found: dict[str, Any], cells: dict[str, Any], ref: str, methods
     for part, name in (("ablations", "ablations and control"), ("others", "other baselines")):
         keys = dict.fromkeys(k for e in envs for k in found[e][part])
         for key in keys:
-            other, row = key.split("|")[1], [methods[key.split("|")[1]].label, name]
+            other = key.split("|")[1]
+            row = [methods[other].label, name]
             for e in envs:
                 c = found[e][part].get(key)
-                row += [interval(cells[f"{other}|{e}"]["success"]), "—" if c is None else _minus(c)]
+                delta = "—" if c is None else f"{_minus(c)}, p {num(c['p_holm'])}"
+                row += [interval(cells[f"{other}|{e}"]["success"]), delta]
             rows.append(row)
     intro = (
         "Δ vs R³L is the method minus R³L in held-out success, paired by seed, with its Holm interval (level "
-        "1 − 0.05/m; negative: the method is below R³L). Per env, the ablations with the privilege control form "
-        "one family, the other baselines another."
+        "1 − 0.05/m; negative: the method is below R³L) and Holm's adjusted p-value. Per env, the ablations with "
+        "the privilege control form one family, the other baselines another."
     )
-    header = ["method", "row"] + [x for e in envs for x in (f"`{e}` success", f"`{e}` Δ vs R³L (Holm CI)")]
+    header = ["method", "row"] + [x for e in envs for x in (f"`{e}` success", f"`{e}` Δ vs R³L (Holm CI), p")]
     return [intro, "", *table(header, rows)]
 
 
