@@ -75,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--device", default=None, help="override the mode's device (e.g. cuda)")
     parser.add_argument("--time-budget", type=float, default=None, help="minutes; then stop (resumable)")
+    parser.add_argument(
+        "--start-within",
+        type=float,
+        default=None,
+        help="minutes; then no run starts and the runs in flight finish (a machine wiped at the end of a session "
+        "loses an interrupted run's checkpoint, never a finished run)",
+    )
     parser.add_argument("--run-timeout", type=float, default=None, help="minutes per run; then interrupt it")
     parser.add_argument(
         "--micro-batch-size", type=int, default=None, help="override for this invocation's runs (memory only)"
@@ -199,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             jobs=args.jobs,
             threads=args.threads,
             time_budget_min=args.time_budget,
+            start_within_min=args.start_within,
             run_timeout_min=args.run_timeout,
             rerun_stale=args.rerun_stale,
             keep_checkpoints=args.keep_checkpoints,

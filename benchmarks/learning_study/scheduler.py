@@ -1,6 +1,8 @@
 """Runs the cells of a grid that are not done yet, each in its own subprocess (:mod:`benchmarks.learning_study.child`),
 ``jobs`` at a time: a finished run is skipped, a checkpointed one resumed, so rerunning an interrupted sweep
-continues it; past the deadline the runs in flight are interrupted (they save a checkpoint) and no new one starts."""
+continues it; past the deadline the runs in flight are interrupted (they save a checkpoint) and no new one starts.
+A start deadline stops new runs earlier and lets the runs in flight finish: on a machine wiped at the end of a
+session an interrupted run's checkpoint is lost, a finished run's summary is not."""
 
 from __future__ import annotations
 
@@ -52,17 +54,25 @@ class Outcome:
 
 
 class Sweep:
-    """Runs cells in subprocesses, ``jobs`` at a time, until done or the deadline (``time.monotonic()``)."""
+    """Runs cells in subprocesses, ``jobs`` at a time, until done or the deadline (``time.monotonic()``); no run
+    starts after ``start_deadline``, and the runs in flight then go on to their end (or to ``deadline``)."""
 
     def __init__(
-        self, *, jobs: int = 1, threads: int = 1, deadline: float | None = None, run_timeout: float | None = None
+        self,
+        *,
+        jobs: int = 1,
+        threads: int = 1,
+        deadline: float | None = None,
+        run_timeout: float | None = None,
+        start_deadline: float | None = None,
     ):
         self.jobs, self.threads, self.deadline, self.run_timeout = jobs, threads, deadline, run_timeout
+        self.start_deadline = min((t for t in (deadline, start_deadline) if t is not None), default=None)
         self._stop = threading.Event()
 
     def run(self, runs: Sequence[Run], *, keep_checkpoints: bool = False) -> list[Outcome]:
         def one(run: Run) -> Outcome:
-            if self._stop.is_set() or (self.deadline is not None and time.monotonic() >= self.deadline):
+            if self._stop.is_set() or (self.start_deadline is not None and time.monotonic() >= self.start_deadline):
                 return Outcome(run, "not-started")
             return self._execute(run, keep_checkpoints)
 
@@ -162,6 +172,7 @@ def sweep(
     jobs: int = 1,
     threads: int | None = None,
     time_budget_min: float | None = None,
+    start_within_min: float | None = None,
     run_timeout_min: float | None = None,
     rerun_stale: bool = False,
     keep_checkpoints: bool = False,
@@ -171,6 +182,7 @@ def sweep(
 ) -> tuple[list[Run], dict[str, Any]]:
     """Run the cells of ``mode`` that are not done yet (those ``only`` selects); returns the grid and what this
     invocation did, which is also appended to ``out_root/sweeps.jsonl`` (the page lists every invocation).
+    ``time_budget_min``: then the runs in flight are interrupted; ``start_within_min``: then no run starts.
     ``saved``: a committed report; the cells its finished runs stand for are done (see ``carried_over``)."""
     runs = build_grid(mode, out_root, envs=envs, methods=methods)
     carried = carried_over(runs, saved)
@@ -201,7 +213,11 @@ def sweep(
     info: dict[str, Any] = {"command": command, "started": time.strftime("%Y-%m-%d %H:%M %Z")}
     info.update(load_start=round(load_now(), 2), threads=threads, jobs=jobs)
     runner = Sweep(
-        jobs=jobs, threads=threads, deadline=deadline, run_timeout=run_timeout_min * 60 if run_timeout_min else None
+        jobs=jobs,
+        threads=threads,
+        deadline=deadline,
+        run_timeout=run_timeout_min * 60 if run_timeout_min else None,
+        start_deadline=start + start_within_min * 60 if start_within_min else None,
     )
     outcomes = runner.run(todo, keep_checkpoints=keep_checkpoints)
     info["wall_min"] = round((time.monotonic() - start) / 60, 1)
@@ -212,9 +228,12 @@ def sweep(
         counts[o.status] = counts.get(o.status, 0) + 1
     info["counts"] = counts
     if counts.get("not-started") or counts.get("interrupted"):
+        limit = f"its time budget ({time_budget_min} min)"
+        if start_within_min and not counts.get("interrupted"):
+            limit = f"its start window ({start_within_min} min)"
         info["stopped"] = (
-            f"The sweep stopped at its time budget ({time_budget_min} min): runs not started or interrupted are "
-            "missing above; rerunning the same command resumes them."
+            f"The sweep stopped at {limit}: runs not started or interrupted are missing above; rerunning the same "
+            "command resumes them."
         )
     out_root.mkdir(parents=True, exist_ok=True)
     with open(out_root / "sweeps.jsonl", "a") as f:

@@ -5,6 +5,7 @@ its statistics are right; a saved learning.json renders the same page again."""
 import dataclasses
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,25 @@ def test_every_mode_builds_valid_configs(tmp_path):
         assert [r.method_key for r in runs[:2]] == ["r3l-oracle", "grpo"]  # the issue's comparison runs first
         for run in runs:
             TrainConfig(**run.config)
+
+
+def test_no_run_starts_after_the_start_window_and_the_one_in_flight_is_not_cut(tmp_path):
+    """``--start-within``: a machine wiped at the end of a session loses an interrupted run, so past the start window
+    the sweep starts nothing more, and only the (later) time budget may interrupt a run."""
+    runs = grid.build_grid(MODE, tmp_path, envs=ENVS)
+
+    class WindowClosesDuringTheFirstRun(scheduler.Sweep):
+        def _execute(self, run, keep_checkpoints):
+            self.start_deadline = time.monotonic() - 1  # the window closes while this run goes on
+            return scheduler.Outcome(run, "done")
+
+    sweep = WindowClosesDuringTheFirstRun(jobs=1, start_deadline=time.monotonic() + 3600)
+    assert [o.status for o in sweep.run(runs)] == ["done"] + ["not-started"] * (len(runs) - 1)
+    closed = scheduler.Sweep(jobs=1, deadline=time.monotonic() + 3600, start_deadline=time.monotonic() - 1)
+    assert [o.status for o in closed.run(runs)] == ["not-started"] * len(runs)
+    assert not any(r.run_dir.exists() for r in runs)
+    later = scheduler.Sweep(deadline=time.monotonic() + 60, start_deadline=time.monotonic() + 3600)
+    assert later.start_deadline == later.deadline  # a window past the budget ends with it
 
 
 @pytest.mark.slow
