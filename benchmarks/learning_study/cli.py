@@ -48,6 +48,7 @@ from .prereg import (
     VALID,
     check_registered,
     read_prereg,
+    read_warmup,
     registration,
     test_mode,
     uncommitted,
@@ -155,6 +156,17 @@ def load_saved(path: Path, mode: str) -> dict[str, Any] | None:
     return data if data["mode"].get("name") == mode else None
 
 
+def refuse_another_start_model(saved: dict[str, Any], model: str, saved_path: Path) -> None:
+    """A committed run stands for its cell only if this start model is the one it started from: the path in a
+    run's config names a folder, which a fresh machine fills again with ``r3l warmup`` (bit for bit, from the same
+    settings), so the ``warmup.json`` records are what must agree."""
+    if saved.get("warmup") is not None and saved["warmup"] != read_warmup(model):
+        raise SystemExit(
+            f"the runs committed in {saved_path} started from a model whose warmup.json differs from {model}'s: make "
+            "the start model again from its record (the guide's command), or pass --no-saved to run every cell here"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the grid of a mode (what is not done yet) and write its report; or only report, from runs or JSON."""
     parser = build_parser()
@@ -194,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     saved_path = args.saved or args.results_dir / f"{section_of(mode.name)}.json"
     saved = None if args.no_saved else load_saved(saved_path, mode.name)
     if saved is not None:
+        refuse_another_start_model(saved, mode.model, saved_path)
         logger.info("finished runs of %s count as done where no run dir holds them", saved_path)
     if args.report_only:
         runs = build_grid(mode, out_root, methods=methods)

@@ -134,6 +134,22 @@ def test_the_test_stage_refuses_what_differs_from_its_registration(tmp_path):
         cli.main(["--mode", "prereg", "--model", "tiny-random", "--results-dir", str(tmp_path), "--no-report"])
 
 
+def test_committed_runs_stand_only_for_the_start_model_they_started_from(tmp_path):
+    """A fresh machine fills the start model's folder again; the committed valid runs carry over only when its
+    warmup.json is the one they recorded, whatever the folder's path."""
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    (warm / "warmup.json").write_text(json.dumps({"lr": 2e-5, "final_loss": 0.5}))
+    results = tmp_path / "results"
+    results.mkdir()
+    saved = {"mode": {"name": prereg.VALID}, "runs": [], "configs": {}, "warmup": {"lr": 2e-5, "final_loss": 0.4}}
+    (results / "learning_prereg_valid.json").write_text(json.dumps(saved))
+    argv = ["--mode", prereg.VALID, "--model", str(warm), "--results-dir", str(results), "--report-only"]
+    with pytest.raises(SystemExit, match=r"warmup\.json differs"):
+        cli.main([*argv, "--out-root", str(tmp_path / "runs"), "--no-report"])
+    cli.refuse_another_start_model({**saved, "warmup": {"lr": 2e-5, "final_loss": 0.5}}, str(warm), Path("x.json"))
+
+
 def test_the_test_stage_needs_the_registration_committed(tmp_path):
     import subprocess
 
