@@ -115,9 +115,9 @@ def test_every_mode_builds_valid_configs(tmp_path):
             TrainConfig(**run.config)
 
 
-def test_no_run_starts_after_the_start_window_and_the_one_in_flight_is_not_cut(tmp_path):
+def test_no_run_starts_after_the_start_window_and_it_never_outlasts_the_budget(tmp_path):
     """``--start-within``: a machine wiped at the end of a session loses an interrupted run, so past the start window
-    the sweep starts nothing more, and only the (later) time budget may interrupt a run."""
+    the sweep starts nothing more; a window set past the time budget closes with the budget."""
     runs = grid.build_grid(MODE, tmp_path, envs=ENVS)
 
     class WindowClosesDuringTheFirstRun(scheduler.Sweep):
