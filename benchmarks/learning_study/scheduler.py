@@ -229,7 +229,8 @@ def sweep(
     info["counts"] = counts
     if counts.get("not-started") or counts.get("interrupted"):
         limit = f"its time budget ({time_budget_min} min)"
-        if start_within_min and not counts.get("interrupted"):
+        window_first = start_within_min and (not time_budget_min or start_within_min < time_budget_min)
+        if window_first and not counts.get("interrupted"):
             limit = f"its start window ({start_within_min} min)"
         info["stopped"] = (
             f"The sweep stopped at {limit}: runs not started or interrupted are missing above; rerunning the same "
