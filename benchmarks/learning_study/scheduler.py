@@ -69,21 +69,38 @@ class Sweep:
         self.jobs, self.threads, self.deadline, self.run_timeout = jobs, threads, deadline, run_timeout
         self.start_deadline = min((t for t in (deadline, start_deadline) if t is not None), default=None)
         self._stop = threading.Event()
+        #: what first cut the sweep short ("interrupt", "time budget", "start window", "run timeout"); None if nothing
+        self.stopped_by: str | None = None
+
+    def _stopped(self, cause: str) -> None:
+        self.stopped_by = self.stopped_by or cause  # the first cause is the one to report
 
     def run(self, runs: Sequence[Run], *, keep_checkpoints: bool = False) -> list[Outcome]:
         def one(run: Run) -> Outcome:
-            if self._stop.is_set() or (self.start_deadline is not None and time.monotonic() >= self.start_deadline):
+            now = time.monotonic()
+            if self._stop.is_set() or (self.start_deadline is not None and now >= self.start_deadline):
+                past_budget = self.deadline is not None and now >= self.deadline
+                self._stopped("interrupt" if self._stop.is_set() else "time budget" if past_budget else "start window")
                 return Outcome(run, "not-started")
             return self._execute(run, keep_checkpoints)
 
-        with ThreadPoolExecutor(max_workers=max(self.jobs, 1)) as pool:
-            futures = [pool.submit(one, run) for run in runs]
-            try:
+        # Ctrl-C sets the stop flag instead of raising: a KeyboardInterrupt can land anywhere (while runs are still
+        # being queued, say), where an outcome would be lost; the flag is read by every waiting thread instead, which
+        # sends its run one SIGINT (the learner saves a checkpoint) and starts nothing more
+        main = threading.current_thread() is threading.main_thread()  # only the main thread may set a handler
+        previous = signal.signal(signal.SIGINT, self._interrupt) if main else None
+        try:
+            with ThreadPoolExecutor(max_workers=max(self.jobs, 1)) as pool:
+                futures = [pool.submit(one, run) for run in runs]
                 return [f.result() for f in futures]
-            except KeyboardInterrupt:
-                logger.warning("interrupted: stopping the runs in flight (each saves a checkpoint)")
-                self._stop.set()  # each waiting thread sends its run one SIGINT (a second one would abort the save)
-                return [f.result() for f in futures]
+        finally:
+            if main:  # a handler not set from Python reads as None: Python's default stands in for it
+                signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+
+    def _interrupt(self, signum: int, frame: Any) -> None:
+        logger.warning("interrupted: stopping the runs in flight (each saves a checkpoint; killed after 2 min)")
+        self._stopped("interrupt")
+        self._stop.set()
 
     def _execute(self, run: Run, keep_checkpoints: bool) -> Outcome:
         status = state(run)
@@ -144,7 +161,11 @@ class Sweep:
                 return False
             except subprocess.TimeoutExpired:
                 pass
-            if self._stop.is_set() or (limits and time.monotonic() >= min(limits)):
+            if self._stop.is_set():
+                break
+            if limits and time.monotonic() >= min(limits):
+                past_budget = self.deadline is not None and time.monotonic() >= self.deadline
+                self._stopped("time budget" if past_budget else "run timeout")
                 break
         proc.send_signal(signal.SIGINT)
         try:
@@ -153,6 +174,22 @@ class Sweep:
             proc.kill()
             proc.wait()
         return True
+
+
+def stop_cause(
+    cause: str,
+    *,
+    time_budget_min: float | None = None,
+    start_within_min: float | None = None,
+    run_timeout_min: float | None = None,
+) -> str:
+    """How the page names what cut a sweep short (``cause``: a :attr:`Sweep.stopped_by`)."""
+    return {
+        "interrupt": "an interrupt (Ctrl-C or SIGINT)",
+        "time budget": f"its time budget ({time_budget_min} min)",
+        "start window": f"its start window ({start_within_min} min)",
+        "run timeout": f"a run's timeout ({run_timeout_min} min)",
+    }[cause]
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -227,13 +264,11 @@ def sweep(
     for o in outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
     info["counts"] = counts
-    if counts.get("not-started") or counts.get("interrupted"):
-        limit = f"its time budget ({time_budget_min} min)"
-        window_first = start_within_min and (not time_budget_min or start_within_min < time_budget_min)
-        if window_first and not counts.get("interrupted"):
-            limit = f"its start window ({start_within_min} min)"
+    if runner.stopped_by:
+        limits = {"time_budget_min": time_budget_min, "start_within_min": start_within_min}
+        cause = stop_cause(runner.stopped_by, **limits, run_timeout_min=run_timeout_min)
         info["stopped"] = (
-            f"The sweep stopped at {limit}: runs not started or interrupted are missing above; rerunning the same "
+            f"The sweep stopped at {cause}: runs not started or interrupted are missing above; rerunning the same "
             "command resumes them."
         )
     out_root.mkdir(parents=True, exist_ok=True)

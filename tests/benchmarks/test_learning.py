@@ -5,6 +5,8 @@ its statistics are right; a saved learning.json renders the same page again."""
 import dataclasses
 import json
 import math
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -127,11 +129,31 @@ def test_no_run_starts_after_the_start_window_and_it_never_outlasts_the_budget(t
 
     sweep = WindowClosesDuringTheFirstRun(jobs=1, start_deadline=time.monotonic() + 3600)
     assert [o.status for o in sweep.run(runs)] == ["done"] + ["not-started"] * (len(runs) - 1)
+    assert sweep.stopped_by == "start window"
     closed = scheduler.Sweep(jobs=1, deadline=time.monotonic() + 3600, start_deadline=time.monotonic() - 1)
     assert [o.status for o in closed.run(runs)] == ["not-started"] * len(runs)
     assert not any(r.run_dir.exists() for r in runs)
+    spent = scheduler.Sweep(jobs=1, deadline=time.monotonic() - 1, start_deadline=time.monotonic() + 3600)
+    assert [o.status for o in spent.run(runs)] == ["not-started"] * len(runs) and spent.stopped_by == "time budget"
     later = scheduler.Sweep(deadline=time.monotonic() + 60, start_deadline=time.monotonic() + 3600)
     assert later.start_deadline == later.deadline  # a window past the budget ends with it
+
+
+def test_a_sweep_interrupted_by_hand_says_so(tmp_path):
+    """Ctrl-C (SIGINT) stops the sweep: the run in flight is interrupted, nothing more starts, and the record names
+    the interrupt, not a time limit that was never reached."""
+    runs = grid.build_grid(MODE, tmp_path, envs=ENVS)
+
+    class InterruptedDuringTheFirstRun(scheduler.Sweep):
+        def _execute(self, run, keep_checkpoints):
+            os.kill(os.getpid(), signal.SIGINT)  # the main thread, waiting on this run, gets the KeyboardInterrupt
+            assert self._stop.wait(30)  # its handler asks the runs in flight to stop
+            return scheduler.Outcome(run, "interrupted")
+
+    sweep = InterruptedDuringTheFirstRun(jobs=1, deadline=time.monotonic() + 3600)
+    assert [o.status for o in sweep.run(runs)] == ["interrupted"] + ["not-started"] * (len(runs) - 1)
+    assert sweep.stopped_by == "interrupt"
+    assert scheduler.stop_cause("interrupt", time_budget_min=60) == "an interrupt (Ctrl-C or SIGINT)"
 
 
 @pytest.mark.slow
