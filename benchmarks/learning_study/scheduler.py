@@ -75,12 +75,15 @@ class Sweep:
     def _stopped(self, cause: str) -> None:
         self.stopped_by = self.stopped_by or cause  # the first cause is the one to report
 
+    def _past_budget(self, now: float) -> bool:
+        return self.deadline is not None and now >= self.deadline
+
     def run(self, runs: Sequence[Run], *, keep_checkpoints: bool = False) -> list[Outcome]:
         def one(run: Run) -> Outcome:
             now = time.monotonic()
             if self._stop.is_set() or (self.start_deadline is not None and now >= self.start_deadline):
-                past_budget = self.deadline is not None and now >= self.deadline
-                self._stopped("interrupt" if self._stop.is_set() else "time budget" if past_budget else "start window")
+                limit = "time budget" if self._past_budget(now) else "start window"
+                self._stopped("interrupt" if self._stop.is_set() else limit)
                 return Outcome(run, "not-started")
             return self._execute(run, keep_checkpoints)
 
@@ -164,8 +167,7 @@ class Sweep:
             if self._stop.is_set():
                 break
             if limits and time.monotonic() >= min(limits):
-                past_budget = self.deadline is not None and time.monotonic() >= self.deadline
-                self._stopped("time budget" if past_budget else "run timeout")
+                self._stopped("time budget" if self._past_budget(time.monotonic()) else "run timeout")
                 break
         proc.send_signal(signal.SIGINT)
         try:
@@ -265,8 +267,12 @@ def sweep(
         counts[o.status] = counts.get(o.status, 0) + 1
     info["counts"] = counts
     if runner.stopped_by:
-        limits = {"time_budget_min": time_budget_min, "start_within_min": start_within_min}
-        cause = stop_cause(runner.stopped_by, **limits, run_timeout_min=run_timeout_min)
+        cause = stop_cause(
+            runner.stopped_by,
+            time_budget_min=time_budget_min,
+            start_within_min=start_within_min,
+            run_timeout_min=run_timeout_min,
+        )
         info["stopped"] = (
             f"The sweep stopped at {cause}: runs not started or interrupted are missing above; rerunning the same "
             "command resumes them."

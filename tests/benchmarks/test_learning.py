@@ -146,7 +146,7 @@ def test_a_sweep_interrupted_by_hand_says_so(tmp_path):
 
     class InterruptedDuringTheFirstRun(scheduler.Sweep):
         def _execute(self, run, keep_checkpoints):
-            os.kill(os.getpid(), signal.SIGINT)  # the main thread, waiting on this run, gets the KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, while the main thread waits on this run
             assert self._stop.wait(30)  # its handler asks the runs in flight to stop
             return scheduler.Outcome(run, "interrupted")
 
