@@ -94,6 +94,7 @@ def verdict(
     *,
     baseline: str = "the strongest baseline",
     thresholds: dict[str, float] | None = None,
+    planned: int | None = None,
 ) -> dict[str, Any]:
     """Whether R³L beats ``baseline`` and, if not, which link broke.
 
@@ -103,6 +104,8 @@ def verdict(
         shares: R³L's pooled mechanism shares (:func:`pooled`).
         baseline: the baseline's name, for the text.
         thresholds: the shares below which a link is broken (default :data:`THRESHOLDS`).
+        planned: the pre-registered number of paired seeds; a judgement made on fewer is labelled interim, since
+            an early interval can still move either way.
 
     Returns:
         ``beats`` (``None`` without two paired seeds), ``broken`` (``"a"``-``"e"``, or ``None`` when R³L beats
@@ -115,13 +118,16 @@ def verdict(
         return {"beats": None, "broken": None, "unmeasured": [], "text": text}
     interval = f"{comparison['mean']:+.3f}, Holm-adjusted interval [{comparison['lo_adj']:+.3f}, "
     interval += f"{comparison['hi_adj']:+.3f}] over n = {comparison['n']} seeds"
+    interim = ""
+    if planned is not None and comparison["n"] < planned:
+        interim = f"Interim, on {comparison['n']} of the {planned} pre-registered seeds (not the study's verdict): "
     if comparison["lo_adj"] > 0:
-        text = f"R³L beats {baseline} on held-out success: R³L − {baseline} = {interval}, which excludes 0."
+        text = f"{interim}R³L beats {baseline} on held-out success: R³L − {baseline} = {interval}, which excludes 0."
         return {"beats": True, "broken": None, "unmeasured": [], "text": text}
     if comparison["hi_adj"] < 0:
-        head = f"R³L does worse than {baseline}: R³L − {baseline} = {interval}, which lies below 0."
+        head = f"{interim}R³L does worse than {baseline}: R³L − {baseline} = {interval}, which lies below 0."
     else:
-        head = f"R³L does not beat {baseline}: R³L − {baseline} = {interval}, which includes 0."
+        head = f"{interim}R³L does not beat {baseline}: R³L − {baseline} = {interval}, which includes 0."
     unmeasured = []
     for key, letter, meaning in LINKS:
         value = shares.get(key)

@@ -62,7 +62,9 @@ def prereg_data(data: dict[str, Any], mode: Mode, methods: dict[str, Method]) ->
         families = {k: _family(cells, env, ref, v) for k, v in (("main", main), ("ablations", ablations))}
         families["others"] = _family(cells, env, ref, others)
         label = methods[strongest].label
-        judged = verdict(families["main"][f"{ref}|{strongest}"], mechanism[ref], baseline=label, thresholds=thresholds)
+        planned = len(mode.seeds_for(ref, env))
+        pair = families["main"][f"{ref}|{strongest}"]
+        judged = verdict(pair, mechanism[ref], baseline=label, thresholds=thresholds, planned=planned)
         out[env] = {**families, "strongest": strongest, "mechanism": mechanism, "verdict": judged}
     return {"envs": out, "thresholds": thresholds}
 

@@ -338,6 +338,13 @@ def test_the_verdict_names_the_first_broken_link(comparison, shares, beats, brok
     assert said in found["text"]
 
 
+def test_a_verdict_on_fewer_seeds_than_registered_is_labelled_interim():
+    early = mechanism.verdict(_comparison(-0.05, 0.10, n=2), HOLDS, planned=10)
+    assert early["text"].startswith("Interim, on 2 of the 10 pre-registered seeds") and early["broken"] == "e"
+    final = mechanism.verdict(_comparison(0.02, 0.10, n=10), HOLDS, planned=10)
+    assert final["text"].startswith("R³L beats") and final["beats"]
+
+
 def test_an_unmeasured_link_is_skipped_and_said_and_the_thresholds_are_the_registered_ones():
     shares = {**HOLDS, "amplification_grad_share": None}
     found = mechanism.verdict(_comparison(-0.05, 0.10), shares)
