@@ -2,7 +2,9 @@
 ``jobs`` at a time: a finished run is skipped, a checkpointed one resumed, so rerunning an interrupted sweep
 continues it; past the deadline the runs in flight are interrupted (they save a checkpoint) and no new one starts.
 A start deadline stops new runs earlier and lets the runs in flight finish: on a machine wiped at the end of a
-session an interrupted run's checkpoint is lost, a finished run's summary is not."""
+session an interrupted run's checkpoint is lost, a finished run's summary is not. For the same reason a run that is
+not expected to finish before the deadline (judged from the committed runs of its env and method) is not started;
+a shorter one later in the order may still be."""
 
 from __future__ import annotations
 
@@ -16,17 +18,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from . import BENCHMARKS, ROOT
 from .aggregate import carried_over
 from .child import register_setup
 from .grid import ENVS, METHODS, EnvSetting, Method, Mode, Run, build_grid
-from .rundir import MEMORY_ONLY, append_attempt, finished, state
+from .rundir import MEMORY_ONLY, append_attempt, finished, metrics, state
 
 logger = logging.getLogger("bench.learning")
 
@@ -48,14 +51,43 @@ class Outcome:
     """What one invocation did with one cell."""
 
     run: Run
-    status: str  # done, failed, interrupted, skipped, not-started
+    status: str  # done, failed, interrupted, skipped, not-started, too-long (not expected to fit the budget)
     wall_s: float = 0.0
     returncode: int | None = None
 
 
+def wall_estimator(saved: Mapping[str, Any] | None) -> Callable[[Run], float | None]:
+    """How long a run is expected to take, in seconds, judged from the finished runs of its env and method in the
+    committed report ``saved``: their median wall time for a fresh run; for a resumed one, the median final eval
+    plus the median training time scaled by the share of steps it has left. ``None`` where no such run exists.
+
+    Medians, because an env's first run on a machine also compiles its games and makes the shared eval before
+    training, and one loaded session runs slower: neither should set what the next run is expected to cost."""
+    done: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for s in (saved or {}).get("runs", []):
+        if s.get("finished") and s.get("wall_s"):
+            eval_s = (s.get("eval_after_detail") or {}).get("seconds") or 0.0
+            done.setdefault((s["env"], s["method"]), []).append((s["wall_s"], min(eval_s, s["wall_s"])))
+
+    def expected(run: Run) -> float | None:
+        walls = done.get((run.env_key, run.method_key))
+        if not walls:
+            return None
+        steps = run.config["steps"]
+        trained = max((r["step"] for r in metrics(run.run_dir) if "train/reward" in r), default=0)
+        if not trained:
+            return median(w for w, _ in walls)
+        left = max(steps - trained, 0) / steps
+        return median(e for _, e in walls) + median(w - e for w, e in walls) * left
+
+    return expected
+
+
 class Sweep:
     """Runs cells in subprocesses, ``jobs`` at a time, until done or the deadline (``time.monotonic()``); no run
-    starts after ``start_deadline``, and the runs in flight then go on to their end (or to ``deadline``)."""
+    starts after ``start_deadline``, and the runs in flight then go on to their end (or to ``deadline``). With a
+    deadline and ``expected`` (a run's expected seconds, ``None``: unknown), a run that would end past the deadline
+    is not started (``too-long``) and the sweep goes on to the next."""
 
     def __init__(
         self,
@@ -65,8 +97,10 @@ class Sweep:
         deadline: float | None = None,
         run_timeout: float | None = None,
         start_deadline: float | None = None,
+        expected: Callable[[Run], float | None] | None = None,
     ):
         self.jobs, self.threads, self.deadline, self.run_timeout = jobs, threads, deadline, run_timeout
+        self.expected = expected
         self.start_deadline = min((t for t in (deadline, start_deadline) if t is not None), default=None)
         self._stop = threading.Event()
         #: what first cut the sweep short ("interrupt", "time budget", "start window", "run timeout"); None if nothing
@@ -78,6 +112,18 @@ class Sweep:
     def _past_budget(self, now: float) -> bool:
         return self.deadline is not None and now >= self.deadline
 
+    def _wont_fit(self, run: Run, now: float) -> bool:
+        if self.deadline is None or self.expected is None or state(run) == "done":
+            return False
+        need = self.expected(run)
+        if need is None or now + need <= self.deadline:
+            return False
+        left = (self.deadline - now) / 60
+        logger.info(
+            "%s: not started: expected to take %.0f min, %.0f min of the budget left", run.name, need / 60, left
+        )
+        return True
+
     def run(self, runs: Sequence[Run], *, keep_checkpoints: bool = False) -> list[Outcome]:
         def one(run: Run) -> Outcome:
             now = time.monotonic()
@@ -85,6 +131,9 @@ class Sweep:
                 limit = "time budget" if self._past_budget(now) else "start window"
                 self._stopped("interrupt" if self._stop.is_set() else limit)
                 return Outcome(run, "not-started")
+            if self._wont_fit(run, now):
+                self._stopped("no fit")
+                return Outcome(run, "too-long")
             return self._execute(run, keep_checkpoints)
 
         # Ctrl-C sets the stop flag instead of raising: a KeyboardInterrupt can land anywhere (while runs are still
@@ -191,6 +240,7 @@ def stop_cause(
         "time budget": f"its time budget ({time_budget_min} min)",
         "start window": f"its start window ({start_within_min} min)",
         "run timeout": f"a run's timeout ({run_timeout_min} min)",
+        "no fit": f"its time budget ({time_budget_min} min): the runs left were not expected to finish within it",
     }[cause]
 
 
@@ -257,6 +307,7 @@ def sweep(
         deadline=deadline,
         run_timeout=run_timeout_min * 60 if run_timeout_min else None,
         start_deadline=start + start_within_min * 60 if start_within_min else None,
+        expected=wall_estimator(saved),
     )
     outcomes = runner.run(todo, keep_checkpoints=keep_checkpoints)
     info["wall_min"] = round((time.monotonic() - start) / 60, 1)

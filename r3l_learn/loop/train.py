@@ -33,7 +33,7 @@ from r3l_learn.algorithms.update import LossConfig, UpdateResult, apply_update, 
 from r3l_learn.errors import R3LLearnError
 from r3l_learn.loop.checkpoints import ResumeError, latest_checkpoint, rng_state, save_checkpoint
 from r3l_learn.loop.config import RESUMABLE_CHANGES, TrainConfig, config_from_dict
-from r3l_learn.loop.evaluate import EvalSummary, evaluate
+from r3l_learn.loop.evaluate import EvalSummary, EvaluationInterrupted, evaluate
 from r3l_learn.loop.groups import GroupBuilder, groups_with_contrast, make_group_builder
 from r3l_learn.loop.mechanism import amplification_extras, measures_amplification, mechanism_metrics
 from r3l_learn.loop.memory import release_free_memory, resident_mb
@@ -511,7 +511,14 @@ def _finish(run: _Run, interrupted: bool) -> TrainResult:
     if interrupted:
         run.log.close()
         return TrainResult(run.completed, run.eval_before, None, run.metrics, run.out, interrupted=True)
-    eval_after = _eval(config, run.player, config.steps, run.log) if config.eval_episodes else None
+    try:
+        eval_after = _eval(config, run.player, config.steps, run.log) if config.eval_episodes else None
+    except EvaluationInterrupted:  # Ctrl-C in the final eval: its partial result is not the run's; resume redoes it
+        logger.warning(
+            "interrupted in the final eval: the checkpoint of step %d is kept; --resume makes the eval", run.completed
+        )
+        run.log.close()
+        return TrainResult(run.completed, run.eval_before, None, run.metrics, run.out, interrupted=True)
     run.log.close()
     if config.save_final:
         with phase(f"saving the trained model to {run.out / 'final'}"):

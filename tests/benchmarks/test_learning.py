@@ -139,6 +139,58 @@ def test_no_run_starts_after_the_start_window_and_it_never_outlasts_the_budget(t
     assert later.start_deadline == later.deadline  # a window past the budget ends with it
 
 
+def test_a_run_not_expected_to_fit_the_budget_is_not_started_and_a_shorter_one_is(tmp_path):
+    """With a time budget, a run expected to end past it is left for a later sweep (cutting it would lose its
+    checkpoint on a wiped machine); the sweep goes on to the runs that fit, and says why it left one out."""
+    runs = grid.build_grid(MODE, tmp_path, envs=ENVS)
+    long = runs[0].name
+    started = []
+
+    class Recorded(scheduler.Sweep):
+        def _execute(self, run, keep_checkpoints):
+            started.append(run.name)
+            return scheduler.Outcome(run, "done")
+
+    sweep = Recorded(jobs=1, deadline=time.monotonic() + 600, expected=lambda r: 3600 if r.name == long else 60)
+    assert [o.status for o in sweep.run(runs)] == ["too-long"] + ["done"] * (len(runs) - 1)
+    assert long not in started and len(started) == len(runs) - 1
+    assert sweep.stopped_by == "no fit"
+    assert "not expected to finish" in scheduler.stop_cause("no fit", time_budget_min=10)
+    unknown = Recorded(jobs=1, deadline=time.monotonic() + 600, expected=lambda r: None)
+    assert [o.status for o in unknown.run(runs)] == ["done"] * len(runs)  # no estimate: the run is tried
+    no_budget = Recorded(jobs=1, expected=lambda r: 1e9)
+    assert [o.status for o in no_budget.run(runs)] == ["done"] * len(runs)
+
+
+def test_the_expected_wall_time_comes_from_the_committed_runs_of_the_same_env_and_method(tmp_path):
+    """Fresh: the median wall of the cell's env and method. Resumed: the median eval plus the training time of the
+    steps left. Another method's runs or unfinished runs say nothing; with none, the estimate is unknown."""
+    runs = grid.build_grid(dataclasses.replace(MODE, steps=4), tmp_path, envs=ENVS)
+    run = next(r for r in runs if r.method_key == "grpo")
+
+    def summary(wall, eval_s, method="grpo", finished=True):
+        detail = {"seconds": eval_s}
+        return {"env": "corridor", "method": method, "finished": finished, "wall_s": wall, "eval_after_detail": detail}
+
+    saved = {
+        "runs": [
+            summary(100, 20),
+            summary(300, 60),
+            summary(200, 40),
+            summary(9000, 10, method="r3l-oracle"),
+            summary(9000, 10, finished=False),
+        ]
+    }
+    expected = scheduler.wall_estimator(saved)
+    assert expected(run) == 200
+    run.run_dir.mkdir(parents=True)
+    lines = [{"step": 1, "train/reward": 0.0}, {"step": 2, "train/reward": 1.0}, {"step": 2, "eval/x": 0}]
+    (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert expected(run) == pytest.approx(40 + 160 * 2 / 4)  # eval 40, training 160 of which half is left
+    assert scheduler.wall_estimator({"runs": []})(run) is None
+    assert scheduler.wall_estimator(None)(run) is None
+
+
 def test_a_sweep_interrupted_by_hand_says_so(tmp_path):
     """Ctrl-C (SIGINT) stops the sweep: the run in flight is interrupted, nothing more starts, and the record names
     the interrupt, not a time limit that was never reached."""

@@ -247,6 +247,33 @@ def test_a_run_stopped_before_its_final_eval_makes_it_on_resume(tmp_path):
     assert again.eval_after is not None and again.eval_after.success_rate == done.eval_after.success_rate
 
 
+def test_ctrl_c_during_the_final_eval_is_an_interruption_that_resume_completes(tmp_path, monkeypatch):
+    """Ctrl-C while the final eval runs ends the run as any interruption does (checkpoint kept, ``interrupted``, no
+    traceback, no partial eval recorded as the result), and ``--resume`` then makes the whole eval."""
+    import r3l_learn.loop.train as train_module
+    from r3l_learn.loop.evaluate import EvaluationInterrupted
+
+    real = train_module.evaluate
+
+    def interrupted_after_training(*args, **kwargs):
+        summary, trajs = real(*args, **kwargs)
+        if kwargs["desc"] == "eval after training":  # as evaluate does on Ctrl-C, with what it finished
+            raise EvaluationInterrupted(summary, trajs[:1])
+        return summary, trajs
+
+    monkeypatch.setattr(train_module, "evaluate", interrupted_after_training)
+    config = _config(tmp_path, steps=1, eval_episodes=2, eval_batch_size=2)
+    stopped = train(config)
+    assert stopped.interrupted and stopped.eval_after is None
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    assert [r["step"] for r in read_metrics(metrics) if "eval/success_rate" in r] == [0]
+    assert load_checkpoint(latest_checkpoint(tmp_path / "run" / "checkpoints"))["step"] == 1
+    monkeypatch.setattr(train_module, "evaluate", real)
+    again = train(config, resume=True)
+    assert not again.interrupted and again.eval_after is not None
+    assert [r["step"] for r in read_metrics(metrics) if "eval/success_rate" in r] == [0, 1]
+
+
 def test_eval_seed_gives_every_seed_the_same_held_out_tasks(tmp_path, monkeypatch):
     """A sweep that sets ``eval_seed`` evaluates each of its seeds on the same held-out tasks (its initial model
     then needs one eval for all of them); without it each seed has its own, ``10000 + seed``."""
