@@ -276,14 +276,48 @@ def check_registered(
     """What differs between the test stage about to run and its pre-registration (empty: nothing): the settings,
     an env's setting, the start model's ``warmup.json``."""
     problems = []
-    if prereg["settings"] != settings(fields):
-        problems.append("the stages' settings changed since the pre-registration (prereg.settings)")
+    changed = differences(prereg["settings"], settings(fields))
+    if changed:
+        problems.append(f"the stages' settings changed since the pre-registration (prereg.settings: {changed})")
+        if "shared.autocast" in changed:
+            from r3l_learn.policies.device import cpu_kind
+
+            problems.append(
+                f"autocast is resolved per CPU and this one has {cpu_kind()}: the registered autocast needs a CPU "
+                "of the kind the study was registered on (its runs cannot be made here)"
+            )
     for env, setting in prereg["envs"].items():
         if env not in envs or dataclasses.asdict(envs[env]) != setting:
             problems.append(f"the env setting {env!r} differs from the pre-registered one")
-    if prereg.get("warmup") != read_warmup(model):
-        problems.append(f"the start model {model}'s warmup.json differs from the pre-registered model's")
+    warmup = read_warmup(model)
+    if prereg.get("warmup") != warmup:
+        detail = differences(prereg.get("warmup"), warmup) if warmup else "it has none"
+        problems.append(
+            f"the start model {model}'s warmup.json differs from the pre-registered model's ({detail}; a rebuild "
+            "is bit for bit only on a CPU of the kind that made the registered one)"
+        )
     return problems
+
+
+def differences(registered: Any, now: Any, where: str = "") -> str:
+    """Where ``now`` differs from ``registered`` (nested dicts), as ``key: registered -> now`` items (at most 4)."""
+    found: list[str] = []
+
+    def walk(a: Any, b: Any, path: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b), key=str):
+                walk(a.get(key), b.get(key), f"{path}.{key}" if path else str(key))
+        elif a != b:
+            found.append(f"{path or 'the whole record'}: {brief(a)} -> {brief(b)}")
+
+    walk(registered, now, where)
+    return "; ".join(found[:4]) + (f"; and {len(found) - 4} more" if len(found) > 4 else "")
+
+
+def brief(value: Any, limit: int = 60) -> str:
+    """``value`` as JSON, cut to ``limit`` characters."""
+    text = json.dumps(value, default=repr)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def test_mode(

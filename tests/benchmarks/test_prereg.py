@@ -127,7 +127,16 @@ def test_the_test_stage_refuses_what_differs_from_its_registration(tmp_path):
     other_env = {**grid.ENVS, ENV: dataclasses.replace(grid.ENVS[ENV], max_turns=9)}
     assert any(ENV in p for p in prereg.check_registered(registered, "tiny-random", envs=other_env))
     changed = {**registered, "settings": {**registered["settings"], "lrs": [1e-3]}}
-    assert any("settings" in p for p in prereg.check_registered(changed, "tiny-random"))
+    assert any("settings" in p and "lrs: [0.001] -> [" in p for p in prereg.check_registered(changed, "tiny-random"))
+    # another CPU kind resolves autocast otherwise: the refusal names the setting and the CPU, not just "settings"
+    shared = {**registered["settings"]["shared"], "autocast": "not this machine's"}
+    elsewhere = {**registered, "settings": {**registered["settings"], "shared": shared}}
+    problems = prereg.check_registered(elsewhere, "tiny-random")
+    assert any('shared.autocast: "not this machine\'s" -> ' in p for p in problems)
+    assert any("autocast is resolved per CPU" in p and "bf16" in p for p in problems)
+    rebuilt = {**registered, "warmup": {"lr": 2e-5, "final_loss": 0.25}}
+    (warm / "warmup.json").write_text(json.dumps({"lr": 2e-5, "final_loss": 0.5}))
+    assert any("final_loss: 0.25 -> 0.5" in p for p in prereg.check_registered(rebuilt, str(warm)))
     path = tmp_path / "prereg.json"
     prereg.write_prereg(changed, path)
     with pytest.raises(SystemExit, match="not run what was pre-registered"):
