@@ -56,13 +56,18 @@ class Outcome:
     returncode: int | None = None
 
 
+#: what an expected wall time is multiplied by: the same cells ran 10-15 % slower from one session to the next
+WALL_MARGIN = 1.15
+
+
 def wall_estimator(saved: Mapping[str, Any] | None) -> Callable[[Run], float | None]:
     """How long a run is expected to take, in seconds, judged from the finished runs of its env and method in the
     committed report ``saved``: their median wall time for a fresh run; for a resumed one, the median final eval
-    plus the median training time scaled by the share of steps it has left. ``None`` where no such run exists.
+    plus the median training time scaled by the share of steps it has left; both times :data:`WALL_MARGIN`.
+    ``None`` where no such run exists.
 
     Medians, because an env's first run on a machine also compiles its games and makes the shared eval before
-    training, and one loaded session runs slower: neither should set what the next run is expected to cost."""
+    training: that should not set what the next run is expected to cost."""
     done: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for s in (saved or {}).get("runs", []):
         if s.get("finished") and s.get("wall_s"):
@@ -76,9 +81,9 @@ def wall_estimator(saved: Mapping[str, Any] | None) -> Callable[[Run], float | N
         steps = run.config["steps"]
         trained = max((r["step"] for r in metrics(run.run_dir) if "train/reward" in r), default=0)
         if not trained:
-            return median(w for w, _ in walls)
+            return median(w for w, _ in walls) * WALL_MARGIN
         left = max(steps - trained, 0) / steps
-        return median(e for _, e in walls) + median(w - e for w, e in walls) * left
+        return (median(e for _, e in walls) + median(w - e for w, e in walls) * left) * WALL_MARGIN
 
     return expected
 

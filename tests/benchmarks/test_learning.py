@@ -164,7 +164,7 @@ def test_a_run_not_expected_to_fit_the_budget_is_not_started_and_a_shorter_one_i
 
 def test_the_expected_wall_time_comes_from_the_committed_runs_of_the_same_env_and_method(tmp_path):
     """Fresh: the median wall of the cell's env and method. Resumed: the median eval plus the training time of the
-    steps left. Another method's runs or unfinished runs say nothing; with none, the estimate is unknown."""
+    steps left. Both with a margin. Another method's runs or unfinished runs say nothing; with none, it is unknown."""
     runs = grid.build_grid(dataclasses.replace(MODE, steps=4), tmp_path, envs=ENVS)
     run = next(r for r in runs if r.method_key == "grpo")
 
@@ -182,11 +182,12 @@ def test_the_expected_wall_time_comes_from_the_committed_runs_of_the_same_env_an
         ]
     }
     expected = scheduler.wall_estimator(saved)
-    assert expected(run) == 200
+    margin = scheduler.WALL_MARGIN
+    assert expected(run) == pytest.approx(200 * margin)
     run.run_dir.mkdir(parents=True)
     lines = [{"step": 1, "train/reward": 0.0}, {"step": 2, "train/reward": 1.0}, {"step": 2, "eval/x": 0}]
     (run.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    assert expected(run) == pytest.approx(40 + 160 * 2 / 4)  # eval 40, training 160 of which half is left
+    assert expected(run) == pytest.approx((40 + 160 * 2 / 4) * margin)  # eval 40, training 160, half left
     assert scheduler.wall_estimator({"runs": []})(run) is None
     assert scheduler.wall_estimator(None)(run) is None
 
