@@ -299,7 +299,7 @@ def check_registered(
     return problems
 
 
-def differences(registered: Any, now: Any, where: str = "") -> str:
+def differences(registered: Any, now: Any) -> str:
     """Where ``now`` differs from ``registered`` (nested dicts), as ``key: registered -> now`` items (at most 4)."""
     found: list[str] = []
 
@@ -310,7 +310,7 @@ def differences(registered: Any, now: Any, where: str = "") -> str:
         elif a != b:
             found.append(f"{path or 'the whole record'}: {brief(a)} -> {brief(b)}")
 
-    walk(registered, now, where)
+    walk(registered, now, "")
     return "; ".join(found[:4]) + (f"; and {len(found) - 4} more" if len(found) > 4 else "")
 
 

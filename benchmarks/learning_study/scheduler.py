@@ -108,7 +108,8 @@ class Sweep:
         self.expected = expected
         self.start_deadline = min((t for t in (deadline, start_deadline) if t is not None), default=None)
         self._stop = threading.Event()
-        #: what first cut the sweep short ("interrupt", "time budget", "start window", "run timeout"); None if nothing
+        #: what first cut the sweep short ("interrupt", "time budget", "start window", "run timeout", "no fit");
+        #: None if nothing
         self.stopped_by: str | None = None
 
     def _stopped(self, cause: str) -> None:

@@ -508,18 +508,16 @@ def _finish(run: _Run, interrupted: bool) -> TrainResult:
     """The last checkpoint; unless interrupted, the eval after, the final model and the report."""
     config = run.config
     _save(run)
-    if interrupted:
-        run.log.close()
-        return TrainResult(run.completed, run.eval_before, None, run.metrics, run.out, interrupted=True)
-    try:
-        eval_after = _eval(config, run.player, config.steps, run.log) if config.eval_episodes else None
-    except EvaluationInterrupted:  # Ctrl-C in the final eval: its partial result is not the run's; resume redoes it
-        logger.warning(
-            "interrupted in the final eval: the checkpoint of step %d is kept; --resume makes the eval", run.completed
-        )
-        run.log.close()
-        return TrainResult(run.completed, run.eval_before, None, run.metrics, run.out, interrupted=True)
+    eval_after = None
+    if config.eval_episodes and not interrupted:
+        try:
+            eval_after = _eval(config, run.player, config.steps, run.log)
+        except EvaluationInterrupted:  # Ctrl-C in the final eval: a partial eval is not the run's; resume redoes it
+            logger.warning("interrupted in the final eval: the checkpoint of step %d is kept", run.completed)
+            interrupted = True
     run.log.close()
+    if interrupted:
+        return TrainResult(run.completed, run.eval_before, None, run.metrics, run.out, interrupted=True)
     if config.save_final:
         with phase(f"saving the trained model to {run.out / 'final'}"):
             run.model.save_pretrained(run.out / "final")
