@@ -265,7 +265,7 @@ def _problems(record: dict[str, Any], actual: dict[str, Any], exact: bool) -> li
 
 
 def _records() -> list[dict[str, Any]]:
-    data = json.loads(GOLDEN.read_text())
+    data = json.loads(GOLDEN.read_text(encoding="utf-8"))
     return data["records"]
 
 
@@ -280,7 +280,9 @@ def test_a_seeded_collect_and_one_update_are_bit_identical_to_the_recorded_run(t
             pytest.fail("not added: the other records disagree with this run:\n" + "\n".join(disagree), pytrace=False)
         GOLDEN.parent.mkdir(exist_ok=True)
         records = [{"machine": here, "runs": actual}, *others]
-        GOLDEN.write_text(json.dumps({"records": records}, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+        GOLDEN.write_text(
+            json.dumps({"records": records}, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         pytest.skip(f"regenerated {GOLDEN}: this machine's record and {len(others)} other(s)")
     if not GOLDEN.exists():
         pytest.fail(f"{GOLDEN} is missing: make it with R3L_REGEN_GOLDEN=1 pytest {Path(__file__).name}")
