@@ -276,10 +276,11 @@ def check_registered(
     """What differs between the test stage about to run and its pre-registration (empty: nothing): the settings,
     an env's setting, the start model's ``warmup.json``."""
     problems = []
-    changed = differences(prereg["settings"], settings(fields))
-    if changed:
+    now = settings(fields)
+    if prereg["settings"] != now:
+        changed = differences(prereg["settings"], now)
         problems.append(f"the stages' settings changed since the pre-registration (prereg.settings: {changed})")
-        if "shared.autocast" in changed:
+        if prereg["settings"].get("shared", {}).get("autocast") != now["shared"]["autocast"]:
             from r3l_learn.policies.device import cpu_kind
 
             problems.append(
