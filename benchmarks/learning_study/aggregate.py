@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .grid import METHODS, Method, Mode, Run, reference, run_name
+from .kinds import kinds_agree
 from .rundir import CARRY_FREE, MEMORY_ONLY, attempts, finished, metrics, same_run, state
 from .stats import mean_ci, paired, ratio, verdict
 
@@ -272,10 +273,11 @@ def aggregate(
     per_run = [carried.get(r.name) or run_summary(r, machine) for r in runs]
 
     # Runs that did not evaluate the initial model themselves (``eval_before`` off) take the eval of the run of
-    # the same (env, seed) that did: same model, same episodes, same seeds, same arithmetic (autocast). Where the
-    # held-out episodes are the same for every seed (``before_once_per_env``), of the run of the same env.
+    # the same (env, seed) that did: same model, same episodes, same seeds, same arithmetic (the CPU kind, which
+    # also made the start model, and the autocast). Where the held-out episodes are the same for every seed
+    # (``before_once_per_env``), of the run of the same env.
     def key(s: dict[str, Any]) -> tuple[Any, ...]:
-        return s["env"], None if mode.before_once_per_env else s["seed"], s.get("autocast")
+        return s["env"], None if mode.before_once_per_env else s["seed"], s.get("machine"), s.get("autocast")
 
     initial = {key(s): s["before"] for s in per_run if s["finished"] and s["before"] and not s.get("before_shared")}
     for s in per_run:
@@ -315,10 +317,11 @@ def aggregate(
     before_agree = {}
     for env in mode.envs:
         for seed in mode.seeds_of(env):
-            vals: dict[Any, set[tuple[float, float]]] = {}  # per autocast: bf16 and fp32 evals may differ
+            vals: dict[Any, set[tuple[float, float]]] = {}  # per CPU kind and autocast: their evals may differ
             for s in per_run:
                 if s["env"] == env and s["seed"] == seed and s["finished"] and s["before"] and not s["before_shared"]:
-                    vals.setdefault(s.get("autocast"), set()).add((s["before"]["success"], s["before"]["score"]))
+                    arithmetic = (s.get("machine"), s.get("autocast"))
+                    vals.setdefault(arithmetic, set()).add((s["before"]["success"], s["before"]["score"]))
             if vals:
                 before_agree[f"{env}|{seed}"] = all(len(v) == 1 for v in vals.values())
     return {
@@ -327,6 +330,7 @@ def aggregate(
         "comparisons": comparisons,
         "missing": missing,
         "before_agree": before_agree,
+        "kinds_agree": kinds_agree(per_run),
     }
 
 

@@ -16,6 +16,11 @@ The pre-registered study (:mod:`benchmarks.learning_study.prereg`), from a start
     git add benchmarks/results/prereg.json && git commit ...                           # before the test stage
     python -m benchmarks.learning --mode prereg --model PATH --time-budget 240         # resumable
 
+On a CPU of another kind than the registered one, an amendment (:mod:`benchmarks.learning_study.amendments`) admits
+it, declared there before any run and committed::
+
+    python -m benchmarks.learning --mode prereg --model PATH --declare-kind   # writes results/prereg-amendments.json
+
 On a fresh machine (no run directories) a sweep or report continues from the committed report of the same mode
 (``benchmarks/results/learning.json`` for the pre-registered comparison, ``learning_fair.json`` for the fair mode,
 ...): its finished runs count as done for the same cells (made on another CPU kind
@@ -40,13 +45,16 @@ from r3l_learn.policies.device import cpu_kind
 
 from . import BENCHMARKS, ROOT
 from .aggregate import aggregate
+from .amendments import AMENDMENTS_JSON, declare, read_amendments
 from .child import register_setup
 from .grid import CPU_AUTOCAST, ENVS, METHODS, MODES, Method, Mode, Run, build_grid
 from .prereg import (
     PREREG_JSON,
     PREREG_MODES,
+    TEST,
     VALID,
     check_registered,
+    git_commit,
     read_prereg,
     read_warmup,
     registration,
@@ -113,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="prereg-valid: write RESULTS_DIR/prereg.json from the finished valid stage (commit it before prereg)",
     )
     parser.add_argument("--force", action="store_true", help="with --preregister: replace an existing prereg.json")
+    parser.add_argument(
+        "--declare-kind",
+        action="store_true",
+        help="prereg: admit this CPU kind by an amendment (RESULTS_DIR/prereg-amendments.json; commit it before runs)",
+    )
     return parser
 
 
@@ -126,17 +139,62 @@ def resolve_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> t
         parser.error(f"--mode {args.mode} needs --model PATH: the start model folder (made by r3l warmup)")
     if args.mode == VALID:
         return valid_mode(args.model)
-    try:
-        registered = read_prereg(args.results_dir / PREREG_JSON)
-    except (FileNotFoundError, ValueError) as err:
-        raise SystemExit(str(err)) from None
-    path = args.results_dir / PREREG_JSON
-    if uncommitted(path):
-        raise SystemExit(f"{path} is not committed: commit the pre-registration before the test stage runs")
-    problems = check_registered(registered, args.model)
+    registered, amendments = read_registration(args.results_dir)
+    problems = check_registered(registered, args.model, amendments=amendments)
     if problems:
         raise SystemExit("the test stage would not run what was pre-registered: " + "; ".join(problems))
     return test_mode(registered, args.model)
+
+
+def read_registration(results_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The committed pre-registration and its amendments (exits with the reason where either is missing,
+    malformed or not committed)."""
+    path, amendments_path = results_dir / PREREG_JSON, results_dir / AMENDMENTS_JSON
+    try:
+        registered, amendments = read_prereg(path), read_amendments(amendments_path)
+    except (FileNotFoundError, ValueError) as err:
+        raise SystemExit(str(err)) from None
+    for p in (path, amendments_path):
+        if p.exists() and uncommitted(p):
+            raise SystemExit(f"{p} is not committed: commit it before the test stage runs")
+    return registered, amendments
+
+
+def declare_kind(args: argparse.Namespace, command: str) -> None:
+    """Append the amendment admitting this CPU kind to ``RESULTS_DIR/prereg-amendments.json`` (refused where the
+    kind needs none or is admitted, where test-stage runs were made on it, or where the start model is not the
+    registered recipe rebuilt)."""
+    registered, amendments = read_registration(args.results_dir)
+    kind = cpu_kind()
+    saved = load_saved(args.saved or args.results_dir / f"{section_of(TEST)}.json", TEST)
+    made = [
+        f"{s['env']}/{s['method']}/seed{s['seed']}"
+        for s in (saved or {}).get("runs", [])
+        if s.get("machine") == kind and (s.get("finished") or s.get("steps_logged"))
+    ]
+    out_root = args.out_root or ROOT / "runs" / "learning" / TEST
+    made += sorted(str(p.parent.relative_to(out_root)) for p in out_root.glob("*/*/seed*/metrics.jsonl"))
+    import datetime
+
+    try:
+        amendment = declare(
+            registered,
+            amendments,
+            kind=kind,
+            autocast=CPU_AUTOCAST,
+            warmup=read_warmup(args.model),
+            runs_made_here=made,
+            command=command,
+            commit=git_commit(),
+            date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        )
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    path = args.results_dir / AMENDMENTS_JSON
+    path.write_text(json.dumps([*amendments, amendment], indent=2) + "\n")
+    logger.info(
+        "%s: CPU kind %r admitted (autocast %s); commit it before the test stage runs here", path, kind, CPU_AUTOCAST
+    )
 
 
 def default_plots_dir(mode: str) -> Path:
@@ -156,11 +214,23 @@ def load_saved(path: Path, mode: str) -> dict[str, Any] | None:
     return data if data["mode"].get("name") == mode else None
 
 
-def refuse_another_start_model(saved: dict[str, Any], model: str, saved_path: Path) -> None:
+def refuse_another_start_model(
+    saved: dict[str, Any], model: str, saved_path: Path, admitted: Sequence[dict[str, Any] | None] | None = None
+) -> None:
     """A committed run stands for its cell only if this start model is the one it started from: the path in a
     run's config names a folder, which a fresh machine fills again with ``r3l warmup`` (bit for bit, from the same
-    settings), so the ``warmup.json`` records are what must agree."""
-    if saved.get("warmup") is not None and saved["warmup"] != read_warmup(model):
+    settings, on the same CPU kind), so the ``warmup.json`` records are what must agree. ``admitted``: the records
+    the pre-registered study admits (the registered one and each amendment's; the test stage has checked this
+    model against its kind's), one of which the committed report's must be."""
+    if saved.get("warmup") is None:
+        return
+    if admitted is not None:
+        if saved["warmup"] not in admitted:
+            raise SystemExit(
+                f"the runs committed in {saved_path} started from a model whose warmup.json is neither the "
+                "pre-registered one nor one an amendment admits: they are not runs of this study"
+            )
+    elif saved["warmup"] != read_warmup(model):
         raise SystemExit(
             f"the runs committed in {saved_path} started from a model whose warmup.json differs from {model}'s: make "
             "the start model again from its record (the guide's command), or pass --no-saved to run every cell here"
@@ -185,6 +255,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # flight save their checkpoints, so SIGINT and SIGTERM both raise KeyboardInterrupt in the sweeping thread.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.default_int_handler)
+    command = "python -m benchmarks.learning " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+    if args.declare_kind:
+        if args.mode != TEST or not args.model:
+            parser.error(f"--declare-kind admits this CPU to the test stage: use it with --mode {TEST} --model PATH")
+        declare_kind(args, command)
+        return 0
     mode, methods = resolve_mode(args, parser)
     logger.info("CPU: %s; CPU modes use autocast %s", cpu_kind(), CPU_AUTOCAST)
     if args.device:
@@ -202,11 +278,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             and (args.seeds is None or run.seed in args.seeds)
         )
 
-    command = "python -m benchmarks.learning " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     saved_path = args.saved or args.results_dir / f"{section_of(mode.name)}.json"
     saved = None if args.no_saved else load_saved(saved_path, mode.name)
     if saved is not None:
-        refuse_another_start_model(saved, mode.model, saved_path)
+        admitted = None
+        if mode.name == TEST:
+            registered, amendments = read_registration(args.results_dir)
+            admitted = [registered.get("warmup")] + [a["warmup"] for a in amendments]
+        refuse_another_start_model(saved, mode.model, saved_path, admitted)
         logger.info("finished runs of %s count as done where no run dir holds them", saved_path)
     if args.report_only:
         runs = build_grid(mode, out_root, methods=methods)

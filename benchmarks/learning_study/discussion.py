@@ -167,4 +167,10 @@ def discussion(mode: Mode, agg: dict[str, Any], methods: dict[str, Method] = MET
             "- Check: the eval before training (same seed, same episodes, same initial model) "
             + ("agrees across all methods." if not disagree else f"differs across methods for {', '.join(disagree)}.")
         )
+    mixed = [k for k, ok in agg.get("kinds_agree", {}).items() if not ok]
+    if mixed:  # the sweep makes every run of a seed on one CPU kind; a report that mixes them says so
+        lines.append(
+            f"- Check: the runs of {', '.join(mixed)} were made on more than one CPU kind (other start models or "
+            "arithmetic): their paired differences mix the kinds."
+        )
     return lines

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ROOT
+from .amendments import amended, amendment_for
 from .grid import CPU_AUTOCAST, ENVS, METHODS, REFERENCE, EnvSetting, Method, Mode
 from .mechanism import THRESHOLDS
 
@@ -271,31 +272,40 @@ def read_prereg(path: Path) -> dict[str, Any]:
 
 
 def check_registered(
-    prereg: dict[str, Any], model: str, envs: dict[str, EnvSetting] = ENVS, fields: frozenset[str] | None = None
+    prereg: dict[str, Any],
+    model: str,
+    envs: dict[str, EnvSetting] = ENVS,
+    fields: frozenset[str] | None = None,
+    amendments: Sequence[dict[str, Any]] = (),
 ) -> list[str]:
     """What differs between the test stage about to run and its pre-registration (empty: nothing): the settings,
-    an env's setting, the start model's ``warmup.json``."""
+    an env's setting, the start model's ``warmup.json``. On a CPU kind an amendment admits (``amendments``), the
+    registration as amended for that kind (its autocast, its start model)."""
+    from r3l_learn.policies.device import cpu_kind
+
+    kind = cpu_kind()
+    amendment = amendment_for(amendments, kind)
+    expected = amended(prereg, amendment)
     problems = []
     now = settings(fields)
-    if prereg["settings"] != now:
-        changed = differences(prereg["settings"], now)
+    if expected["settings"] != now:
+        changed = differences(expected["settings"], now)
         problems.append(f"the stages' settings changed since the pre-registration (prereg.settings: {changed})")
-        if prereg["settings"].get("shared", {}).get("autocast") != now["shared"]["autocast"]:
-            from r3l_learn.policies.device import cpu_kind
-
+        if expected["settings"].get("shared", {}).get("autocast") != now["shared"]["autocast"]:
             problems.append(
-                f"autocast is resolved per CPU and this one has {cpu_kind()}: the registered autocast needs a CPU "
-                "of the kind the study was registered on (its runs cannot be made here)"
+                f"autocast is resolved per CPU and this one has {kind}: the registered autocast needs a CPU of the "
+                "kind the study was registered on, or one an amendment admits (see the guide: `--declare-kind`)"
             )
     for env, setting in prereg["envs"].items():
         if env not in envs or dataclasses.asdict(envs[env]) != setting:
             problems.append(f"the env setting {env!r} differs from the pre-registered one")
     warmup = read_warmup(model)
-    if prereg.get("warmup") != warmup:
-        detail = differences(prereg.get("warmup"), warmup) if warmup else "it has none"
+    if expected.get("warmup") != warmup:
+        detail = differences(expected.get("warmup"), warmup) if warmup else "it has none"
+        whose = f"the start model its amendment admits on {kind}" if amendment else "the pre-registered model"
         problems.append(
-            f"the start model {model}'s warmup.json differs from the pre-registered model's ({detail}; a rebuild "
-            "is bit for bit only on a CPU of the kind that made the registered one)"
+            f"the start model {model}'s warmup.json differs from {whose}'s ({detail}; a rebuild is bit for bit only "
+            "on a CPU of the kind that made the recorded one)"
         )
     return problems
 

@@ -13,7 +13,7 @@ from .fmt import count, interval, num, table
 from .grid import METHODS, Method, Mode, reference
 from .mechanism import LINKS, SHARES, THRESHOLDS, pooled, verdict
 from .prereg import ABLATIONS, LRS, TEST, TUNED, VALID, choose, valid_table
-from .stats import paired_family
+from .stats import paired, paired_family
 
 
 def _int_keys(values: dict[Any, float]) -> dict[int, float]:
@@ -65,8 +65,28 @@ def prereg_data(data: dict[str, Any], mode: Mode, methods: dict[str, Method]) ->
         planned = len(mode.seeds_for(ref, env))
         pair = families["main"][f"{ref}|{strongest}"]
         judged = verdict(pair, mechanism[ref], baseline=label, thresholds=thresholds, planned=planned)
-        out[env] = {**families, "strongest": strongest, "mechanism": mechanism, "verdict": judged}
+        by_kind = _by_kind(cells, runs, env, ref, main)
+        out[env] = {**families, "strongest": strongest, "mechanism": mechanism, "verdict": judged, "by_kind": by_kind}
     return {"envs": out, "thresholds": thresholds}
+
+
+def _by_kind(
+    cells: dict[str, Any], runs: list[dict[str, Any]], env: str, ref: str, others: list[str]
+) -> dict[str, dict[str, Any]]:
+    """R³L minus each of ``others`` on ``env`` per CPU kind (the kind of R³L's run of each seed; the sweep makes
+    every run of a seed on one kind), unadjusted; empty while the finished R³L runs are of one kind."""
+    kind_of = {r["seed"]: r.get("machine") for r in runs if r["method"] == ref}
+    kinds = sorted({k for k in kind_of.values() if k}, key=str)
+    if len(kinds) < 2:
+        return {}
+    ref_seeds = _int_keys(cells[f"{ref}|{env}"]["success_by_seed"])
+    out: dict[str, dict[str, Any]] = {}
+    for other in others:
+        theirs = _int_keys(cells[f"{other}|{env}"]["success_by_seed"])
+        for kind in kinds:
+            mine = {s: v for s, v in ref_seeds.items() if kind_of.get(s) == kind}
+            out.setdefault(other, {})[kind] = paired(mine, theirs)
+    return out
 
 
 def render_prereg(data: dict[str, Any], mode: Mode, methods: dict[str, Method], page_dir: Path) -> list[str]:
@@ -76,6 +96,7 @@ def render_prereg(data: dict[str, Any], mode: Mode, methods: dict[str, Method], 
     if mode.name == VALID:
         return _valid_stage(data, mode)
     md = _registered(data.get("prereg"), data.get("warmup"), mode)
+    md += _amendments(data.get("amendments") or [])
     results = data.get("prereg_results") or {}
     found = {env: results["envs"][env] for env in mode.envs if env in (results.get("envs") or {})}
     if not found:
@@ -83,6 +104,7 @@ def render_prereg(data: dict[str, Any], mode: Mode, methods: dict[str, Method], 
     cells, ref = data["cells"], reference(methods)
     md += ["", "### R³L against the strongest baseline and GRPO: held-out success after training", ""]
     md += _main_table(found, cells, ref, methods)
+    md += _kind_table(found, methods)
     md += ["", "### R³L's ablations, the privilege control and the other baselines (the paper's shape)", ""]
     md += _paper_table(found, cells, ref, methods)
     md += ["", "### The mechanism per training step", "", _mechanism_intro(results["thresholds"])]
@@ -178,6 +200,25 @@ def _registered(registered: dict[str, Any] | None, warmup: dict[str, Any] | None
     return md
 
 
+def _amendments(amendments: list[dict[str, Any]]) -> list[str]:
+    """The amendments admitting other CPU kinds: when, for which kind, with which autocast and start model, under
+    which rules (the same for every amendment)."""
+    if not amendments:
+        return []
+    md = ["", "#### Amendments: CPU kinds admitted besides the registered one", ""]
+    for i, a in enumerate(amendments, 1):
+        loss = num((a.get("warmup") or {}).get("loss_before"), 7)
+        md.append(
+            f"{i}. Declared on {a['date']} at commit `{a['commit']}` by `{a['command']}`, before any run on that kind: "
+            f"CPU kind **{a['kind']}**, autocast `{a['autocast']}`, start model rebuilt there by the registered recipe "
+            f"(its `warmup.json` differs in its losses only: `loss_before` {loss})."
+        )
+    rules = amendments[-1].get("rules") or []
+    if rules:
+        md += ["", "Under every amendment: " + "; ".join(rules) + "."]
+    return md
+
+
 def _diff(c: dict[str, Any]) -> tuple[str, str, str]:
     mean = "—" if c["mean"] is None else f"{c['mean']:+.3f}"
     adjusted = "—" if c["lo_adj"] is None else f"[{c['lo_adj']:+.3f}, {c['hi_adj']:+.3f}]"
@@ -209,6 +250,25 @@ def _main_table(found: dict[str, Any], cells: dict[str, Any], ref: str, methods:
     )
     header = ["env", "comparison", "n", "R³L", "baseline", "mean Δ", "Holm CI", "p (Holm)", "verdict"]
     return [intro, "", *table(header, rows)]
+
+
+def _kind_table(found: dict[str, Any], methods: dict[str, Method]) -> list[str]:
+    """The main comparisons per CPU kind (only where the seeds of an env come from more than one kind)."""
+    rows = []
+    for env, f in found.items():
+        for other, per_kind in (f.get("by_kind") or {}).items():
+            for kind, c in per_kind.items():
+                mean = "—" if c["mean"] is None else f"{c['mean']:+.3f}"
+                ci = "—" if c["lo"] is None else f"[{c['lo']:+.3f}, {c['hi']:+.3f}]"
+                rows.append([f"`{env}`", f"R³L − {methods[other].label}", kind, str(c["n"]), mean, ci])
+    if not rows:
+        return []
+    intro = (
+        "The same comparisons per CPU kind (the seeds made on each; see the amendments above): plain 95 % "
+        "intervals, not corrected, to show whether the kinds agree. The table above, which pools them, is the one "
+        "registered."
+    )
+    return ["", intro, "", *table(["env", "comparison", "CPU kind", "n", "mean Δ", "95 % CI"], rows)]
 
 
 def _paper_table(found: dict[str, Any], cells: dict[str, Any], ref: str, methods: dict[str, Method]) -> list[str]:

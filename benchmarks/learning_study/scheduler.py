@@ -4,7 +4,8 @@ continues it; past the deadline the runs in flight are interrupted (they save a 
 A start deadline stops new runs earlier and lets the runs in flight finish: on a machine wiped at the end of a
 session an interrupted run's checkpoint is lost, a finished run's summary is not. For the same reason a run that is
 not expected to finish before the deadline (judged from the committed runs of its env and method) is not started;
-a shorter one later in the order may still be."""
+a shorter one later in the order may still be. A run of an (env, seed) that a machine of another CPU kind began is
+left for such a machine (:mod:`benchmarks.learning_study.kinds`)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from . import BENCHMARKS, ROOT
 from .aggregate import carried_over
 from .child import register_setup
 from .grid import ENVS, METHODS, EnvSetting, Method, Mode, Run, build_grid
+from .kinds import split_by_kind, with_before_evals
 from .rundir import MEMORY_ONLY, append_attempt, finished, metrics, state
 
 logger = logging.getLogger("bench.learning")
@@ -51,7 +53,9 @@ class Outcome:
     """What one invocation did with one cell."""
 
     run: Run
-    status: str  # done, failed, interrupted, skipped, not-started, too-long (not expected to fit the budget)
+    # done, failed, interrupted, skipped, not-started, too-long (not expected to fit the budget), other-kind (its
+    # seed was begun on a CPU of another kind)
+    status: str
     wall_s: float = 0.0
     returncode: int | None = None
 
@@ -60,17 +64,17 @@ class Outcome:
 WALL_MARGIN = 1.15
 
 
-def wall_estimator(saved: Mapping[str, Any] | None) -> Callable[[Run], float | None]:
+def wall_estimator(saved: Mapping[str, Any] | None, kind: str | None = None) -> Callable[[Run], float | None]:
     """How long a run is expected to take, in seconds, judged from the finished runs of its env and method in the
-    committed report ``saved``: their median wall time for a fresh run; for a resumed one, the median final eval
-    plus the median training time scaled by the share of steps it has left; both times :data:`WALL_MARGIN`.
-    ``None`` where no such run exists.
+    committed report ``saved`` (made on CPU kind ``kind``, where given: kinds differ in speed several-fold): their
+    median wall time for a fresh run; for a resumed one, the median final eval plus the median training time scaled
+    by the share of steps it has left; both times :data:`WALL_MARGIN`. ``None`` where no such run exists.
 
     Medians, because an env's first run on a machine also compiles its games and makes the shared eval before
     training: that should not set what the next run is expected to cost."""
     done: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for s in (saved or {}).get("runs", []):
-        if s.get("finished") and s.get("wall_s"):
+        if s.get("finished") and s.get("wall_s") and kind in (None, s.get("machine")):
             eval_s = (s.get("eval_after_detail") or {}).get("seconds") or 0.0
             done.setdefault((s["env"], s["method"]), []).append((s["wall_s"], min(eval_s, s["wall_s"])))
 
@@ -279,10 +283,17 @@ def sweep(
     invocation did, which is also appended to ``out_root/sweeps.jsonl`` (the page lists every invocation).
     ``time_budget_min``: then the runs in flight are interrupted; ``start_within_min``: then no run starts.
     ``saved``: a committed report; the cells its finished runs stand for are done (see ``carried_over``)."""
+    from r3l_learn.policies.device import cpu_kind
+
+    kind = cpu_kind()
     runs = build_grid(mode, out_root, envs=envs, methods=methods)
     carried = carried_over(runs, saved)
     chosen = [r for r in runs if only is None or only(r)]
-    todo = [r for r in chosen if r.name not in carried]
+    todo, elsewhere = split_by_kind([r for r in chosen if r.name not in carried], runs, carried, kind)
+    for r in elsewhere:
+        logger.info("%s: left for a machine of the CPU kind that began its seed (this one: %s)", r.name, kind)
+    if mode.before_once_per_env:
+        todo = with_before_evals(todo, runs, carried, kind)
     if overrides:
         if set(overrides) - MEMORY_ONLY:
             raise ValueError(f"only {sorted(MEMORY_ONLY)} may be overridden, got {sorted(overrides)}")
@@ -313,13 +324,14 @@ def sweep(
         deadline=deadline,
         run_timeout=run_timeout_min * 60 if run_timeout_min else None,
         start_deadline=start + start_within_min * 60 if start_within_min else None,
-        expected=wall_estimator(saved),
+        expected=wall_estimator(saved, kind),
     )
-    outcomes = runner.run(todo, keep_checkpoints=keep_checkpoints)
+    outcomes = runner.run(todo, keep_checkpoints=keep_checkpoints) + [Outcome(r, "other-kind") for r in elsewhere]
     info["wall_min"] = round((time.monotonic() - start) / 60, 1)
     info["load_end"] = round(load_now(), 2)
     info["outcomes"] = {o.run.name: {"status": o.status, "wall_s": round(o.wall_s, 1)} for o in outcomes}
-    counts: dict[str, int] = {"carried over": len(chosen) - len(todo)} if len(todo) < len(chosen) else {}
+    carried_count = len(chosen) - len(todo) - len(elsewhere)
+    counts: dict[str, int] = {"carried over": carried_count} if carried_count else {}
     for o in outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
     info["counts"] = counts

@@ -389,8 +389,14 @@ def test_the_page_renders_the_pre_registered_study_from_a_synthetic_report(tmp_p
         for seed in mode.seeds_for(m, ENV):
             success = 0.4 + 0.01 * seed if m == "r3l-oracle" else 0.2 + 0.02 * (seed % 3)
             mech = steps if methods[m].algo == "r3l" else None
-            runs.append(_summary(ENV, m, seed, success, mech))
+            # seeds 5-9 made on a CPU kind an amendment admits (every method of a seed on one kind)
+            runs.append({**_summary(ENV, m, seed, success, mech), **({"machine": "kind B"} if seed >= 5 else {})})
     cells = {f"{m}|{ENV}": aggregate.cell_summary([r for r in runs if r["method"] == m]) for m in mode.methods}
+    amendment = {
+        "kind": "kind B", "autocast": "off", "warmup": {"loss_before": 2.2479419}, "date": "2026-11-27 13:00 UTC",
+        "commit": "1" * 40, "command": "python -m benchmarks.learning --mode prereg --declare-kind",
+        "rules": ["every run of an (env, seed) is made on one CPU kind"],
+    }  # fmt: skip
     data = {
         "mode": dataclasses.asdict(mode),
         "command": "python -m benchmarks.learning --mode prereg --model warm-model",
@@ -409,6 +415,7 @@ def test_the_page_renders_the_pre_registered_study_from_a_synthetic_report(tmp_p
         "train_config": None,
         "prereg": registered,
         "warmup": {"env_id": "r3l/TextWorld-v0", "settings": {"epochs": 3, "lr": 2e-5}, "final_loss": 0.0005},
+        "amendments": [amendment],
     }
     saved = tmp_path / "saved.json"
     saved.write_text(json.dumps(data))
@@ -441,6 +448,14 @@ def test_the_page_renders_the_pre_registered_study_from_a_synthetic_report(tmp_p
         "lr: set per cell",
         "greedy (temperature 0)",
         "**60 of 60 runs finished.**",
+        "#### Amendments: CPU kinds admitted besides the registered one",
+        "1. Declared on 2026-11-27 13:00 UTC at commit `1111111111111111111111111111111111111111`",
+        "CPU kind **kind B**, autocast `off`",
+        "`loss_before` 2.2479419",
+        "Under every amendment: every run of an (env, seed) is made on one CPU kind.",
+        # per kind: R³L 0.40-0.44 on kind "test" (seeds 0-4), 0.45-0.49 on kind B; OPMD 0.216 and 0.22 there
+        f"| `{ENV}` | R³L − OPMD | kind B | 5 | +0.250 |",
+        f"| `{ENV}` | R³L − OPMD | test | 5 | +0.204 |",
     ):
         assert text in page, text
     order = ("### Pre-registration", "### R³L against the strongest", "### Verdict", "### How the runs were made")

@@ -1,0 +1,199 @@
+"""Amendments admitting another CPU kind to the pre-registered study (benchmarks/learning_study/amendments.py) and
+the rules that keep each seed on one kind (kinds.py): what a declaration refuses, what the test stage then accepts,
+which runs a machine leaves for another kind, and where the eval before training is made."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.learning_study import amendments, cli, grid, kinds, prereg, scheduler, stats
+from r3l_learn.policies import device
+
+ENV = prereg.PREREG_ENVS[0]
+REGISTERED_WARMUP = {"examples": 53, "target_tokens": 111, "loss_before": 2.2479501, "final_loss": 0.00054515}
+REBUILT_WARMUP = {**REGISTERED_WARMUP, "loss_before": 2.2479419, "final_loss": 0.00054513}
+
+
+def _registration(autocast: str = "bf16-elsewhere") -> dict:
+    """A test-stage registration made on another CPU kind (its autocast is not this machine's)."""
+    mode, _ = prereg.valid_mode("tiny-random", envs=(ENV,))
+    cells = {}
+    for m in prereg.TUNED:
+        for lr in prereg.LRS:
+            cells[f"{prereg.lr_key(m, lr)}|{ENV}"] = {"success": stats.mean_ci([0.2])}
+    data = prereg.registration(
+        cells, mode, command="test", commit={"commit": "0" * 40, "uncommitted_changes": False}, date="2026-11-26"
+    )
+    data["settings"]["shared"]["autocast"] = autocast
+    data["warmup"] = dict(REGISTERED_WARMUP)
+    return data
+
+
+def _declare(registered, admitted=(), **changes):
+    args = dict(
+        kind="kind B",
+        autocast="off",
+        warmup=REBUILT_WARMUP,
+        runs_made_here=[],
+        command="declare",
+        commit={"commit": "1" * 40},
+        date="2026-11-27",
+    )
+    return amendments.declare(registered, list(admitted), **{**args, **changes})
+
+
+def test_a_declaration_admits_a_rebuild_of_the_registered_recipe_before_any_run_and_nothing_else():
+    registered = _registration()
+    made = _declare(registered)
+    assert made["kind"] == "kind B" and made["autocast"] == "off" and made["warmup"] == REBUILT_WARMUP
+    assert made["commit"] == "1" * 40 and made["rules"] == list(amendments.RULES)
+    with pytest.raises(ValueError, match="nothing to amend"):
+        _declare(registered, autocast="bf16-elsewhere", warmup=REGISTERED_WARMUP)
+    with pytest.raises(ValueError, match="already admitted"):
+        _declare(registered, admitted=[made])
+    with pytest.raises(ValueError, match="2 test-stage runs were already made"):
+        _declare(registered, runs_made_here=["th/r3l/seed5", "th/grpo/seed5"])
+    with pytest.raises(ValueError, match="differs from the registered one in examples"):
+        _declare(registered, warmup={**REBUILT_WARMUP, "examples": 52})
+    with pytest.raises(ValueError, match="missing"):
+        _declare(registered, warmup=None)
+
+
+def test_the_test_stage_accepts_an_admitted_kind_with_its_own_start_model_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(device, "cpu_kind", lambda: "kind B")
+    registered = _registration()
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    (warm / "warmup.json").write_text(json.dumps(REBUILT_WARMUP))
+    refused = prereg.check_registered(registered, str(warm))
+    assert any("autocast is resolved per CPU" in p and "kind B" in p for p in refused)
+    admitted = [_declare(registered, autocast=grid.CPU_AUTOCAST)]
+    assert prereg.check_registered(registered, str(warm), amendments=admitted) == []
+    assert registered["settings"]["shared"]["autocast"] == "bf16-elsewhere"  # the registration is left alone
+    (warm / "warmup.json").write_text(json.dumps(REGISTERED_WARMUP))  # not this kind's start model
+    problems = prereg.check_registered(registered, str(warm), amendments=admitted)
+    assert any("the start model its amendment admits on kind B" in p for p in problems)
+    monkeypatch.setattr(device, "cpu_kind", lambda: "kind C")  # a kind no amendment admits
+    assert prereg.check_registered(registered, str(warm), amendments=admitted)
+
+
+def test_declare_kind_writes_the_amendment_and_the_test_stage_then_runs_here(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "cpu_kind", lambda: "kind B")
+    monkeypatch.setattr(device, "cpu_kind", lambda: "kind B")
+    results, warm, out = tmp_path / "results", tmp_path / "warm", tmp_path / "runs"
+    results.mkdir()
+    warm.mkdir()
+    (warm / "warmup.json").write_text(json.dumps(REBUILT_WARMUP))
+    prereg.write_prereg(_registration(), results / prereg.PREREG_JSON)
+    argv = ["--mode", "prereg", "--model", str(warm), "--results-dir", str(results), "--out-root", str(out)]
+    with pytest.raises(SystemExit, match="not run what was pre-registered"):
+        cli.main([*argv, "--report-only", "--no-report"])
+    assert cli.main([*argv, "--declare-kind"]) == 0
+    written = json.loads((results / amendments.AMENDMENTS_JSON).read_text())
+    assert [a["kind"] for a in written] == ["kind B"] and written[0]["autocast"] == grid.CPU_AUTOCAST
+    assert "--declare-kind" in written[0]["command"]
+    with pytest.raises(SystemExit, match="already admitted"):
+        cli.main([*argv, "--declare-kind"])
+    assert cli.main([*argv, "--report-only", "--no-report"]) == 0  # admitted: the test stage is accepted here
+    with pytest.raises(SystemExit):
+        cli.main(["--mode", "prereg-valid", "--model", str(warm), "--declare-kind"])  # only the test stage
+
+
+def test_a_declaration_after_runs_on_this_kind_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "cpu_kind", lambda: "kind B")
+    results, warm, out = tmp_path / "results", tmp_path / "warm", tmp_path / "runs"
+    results.mkdir()
+    warm.mkdir()
+    (warm / "warmup.json").write_text(json.dumps(REBUILT_WARMUP))
+    prereg.write_prereg(_registration(), results / prereg.PREREG_JSON)
+    run_dir = out / ENV / "grpo" / "seed5"
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "train/reward": 0.0}\n')
+    argv = ["--mode", "prereg", "--model", str(warm), "--results-dir", str(results), "--out-root", str(out)]
+    with pytest.raises(SystemExit, match=f"1 test-stage runs were already made on this kind \\({ENV}/grpo/seed5\\)"):
+        cli.main([*argv, "--declare-kind"])
+    assert not (results / amendments.AMENDMENTS_JSON).exists()
+
+
+MODE = grid.Mode(
+    "kinds",
+    "two methods, three seeds, one eval before training per env",
+    envs=("corridor",),
+    methods=("r3l-oracle", "grpo"),
+    seeds=(0, 1, 2),
+    steps=2,
+    tasks_per_step=1,
+    group_size=2,
+    eval_episodes=2,
+    eval_every=0,
+    seed_major=True,
+    before_once_per_env=True,
+)
+
+
+def _carried(run: grid.Run, machine: str, before: bool = False) -> dict:
+    return {"machine": machine, "before": {"success": 0.1} if before else None, "finished": True}
+
+
+def test_a_seed_another_kind_began_is_left_to_that_kind_and_each_kind_evaluates_the_start_once(tmp_path):
+    runs = grid.build_grid(MODE, tmp_path, envs={"corridor": grid.ENVS["textworld"]})
+    by = {(r.method_key, r.seed): r for r in runs}
+    # seed 0 made elsewhere (both methods, with the eval before training); seed 1 half made elsewhere
+    carried = {by[m, 0].name: _carried(by[m, 0], "kind A", before=m == "r3l-oracle") for m in MODE.methods}
+    carried[by["r3l-oracle", 1].name] = _carried(by["r3l-oracle", 1], "kind A")
+    todo = [r for r in runs if r.name not in carried]
+    mine, elsewhere = kinds.split_by_kind(todo, runs, carried, "kind B")
+    assert [r.name for r in elsewhere] == [by["grpo", 1].name]
+    assert [(r.method_key, r.seed) for r in mine] == [("r3l-oracle", 2), ("grpo", 2)]
+    # kind A has made its eval before training; kind B has not: its first run here makes it, the others share it
+    assert [r.config["eval_before"] for r in kinds.with_before_evals(mine, runs, carried, "kind B")] == [True, False]
+    _, elsewhere_a = kinds.split_by_kind(todo, runs, carried, "kind A")
+    assert elsewhere_a == []
+    assert [r.config["eval_before"] for r in kinds.with_before_evals(todo, runs, carried, "kind A")] == [False] * 3
+    # a run directory here is this machine's kind's: its eval before training counts, and its seed stays here
+    # even where the other kind has since finished a run of it (the page's harness check then flags the seed)
+    by["r3l-oracle", 2].run_dir.mkdir(parents=True)
+    (by["r3l-oracle", 2].run_dir / "metrics.jsonl").write_text('{"step": 0, "eval/success_rate": 0.2}\n')
+    assert [r.config["eval_before"] for r in kinds.with_before_evals(mine, runs, carried, "kind B")] == [False] * 2
+    carried[by["grpo", 2].name] = _carried(by["grpo", 2], "kind A")
+    mine, _ = kinds.split_by_kind([by["r3l-oracle", 2]], runs, carried, "kind B")
+    assert mine == [by["r3l-oracle", 2]]
+
+
+def test_the_harness_check_flags_a_seed_whose_runs_are_of_two_kinds():
+    runs = [
+        {"env": "e", "seed": 0, "finished": True, "machine": "A"},
+        {"env": "e", "seed": 0, "finished": True, "machine": "A"},
+        {"env": "e", "seed": 1, "finished": True, "machine": "A"},
+        {"env": "e", "seed": 1, "finished": True, "machine": "B"},
+        {"env": "e", "seed": 2, "finished": False, "machine": "B"},
+    ]
+    assert kinds.kinds_agree(runs) == {"e|0": True, "e|1": False}
+
+
+def test_the_expected_wall_time_is_judged_from_runs_of_this_cpu_kind(tmp_path):
+    runs = grid.build_grid(dataclasses.replace(MODE, steps=4), tmp_path, envs={"corridor": grid.ENVS["textworld"]})
+    run = next(r for r in runs if r.method_key == "grpo")
+    saved = {
+        "runs": [
+            {"env": "corridor", "method": "grpo", "finished": True, "wall_s": w, "machine": k}
+            for w, k in ((100, "A"), (120, "A"), (300, "B"))
+        ]
+    }
+    assert scheduler.wall_estimator(saved, "B")(run) == pytest.approx(300 * scheduler.WALL_MARGIN)
+    assert scheduler.wall_estimator(saved, "A")(run) == pytest.approx(110 * scheduler.WALL_MARGIN)
+    assert scheduler.wall_estimator(saved, "C")(run) is None  # no run of this kind: unknown, so it is tried
+
+
+def test_amendments_are_read_back_and_a_malformed_file_is_refused(tmp_path):
+    path = Path(tmp_path) / amendments.AMENDMENTS_JSON
+    assert amendments.read_amendments(path) == []
+    made = _declare(_registration())
+    path.write_text(json.dumps([made]))
+    assert amendments.read_amendments(path) == [made]
+    assert amendments.amendment_for([made], "kind B") == made and amendments.amendment_for([made], "x") is None
+    path.write_text(json.dumps({"kind": "kind B"}))
+    with pytest.raises(ValueError, match="not a list of pre-registration amendments"):
+        amendments.read_amendments(path)
