@@ -16,6 +16,8 @@ module per job, each importing only those above it in this list:
 * :mod:`~benchmarks.learning_study.child` — one cell in its own subprocess (a crash costs one cell, not the sweep):
   train or resume, with ``bench/*`` counters (trajectories, successes, tokens generated in rollouts and reflections,
   env steps, retry counters) added to every step's metrics, so that the retry economics are ratios of sums.
+* :mod:`~benchmarks.learning_study.kinds` — which CPU kind makes which run: every run of an (env, seed) on the kind
+  of that seed's first run, and one eval before training per env and kind.
 * :mod:`~benchmarks.learning_study.scheduler` — runs the cells not done yet, ``jobs`` at a time; a finished run is
   skipped, one with checkpoints resumed, so an interrupted sweep resumes where it stopped; ``--time-budget``
   interrupts the runs in flight (SIGINT: the learner saves a checkpoint) and starts no new ones.
@@ -33,7 +35,9 @@ module per job, each importing only those above it in this list:
 * :mod:`~benchmarks.learning_study.prereg`, :mod:`~benchmarks.learning_study.mechanism`,
   :mod:`~benchmarks.learning_study.prereg_page` — the pre-registered study: its two stages as modes of the same
   grid (``prereg-valid`` chooses each method's learning rate and the strongest baseline on the valid split and
-  records them in ``results/prereg.json``; ``prereg`` runs the comparison on the test split from that file alone),
+  records them in ``results/prereg.json``; ``prereg`` runs the comparison on the test split from that file alone,
+  and :mod:`~benchmarks.learning_study.amendments` admits another CPU kind to it by a declaration made before any
+  run there),
   reflect-then-retry's mechanism per step with the verdict that names the first broken link, and its page section.
 * :mod:`~benchmarks.learning_study.report` — writes a mode's section of ``benchmarks/RESULTS.md``, its JSON in
   ``benchmarks/results/`` and the plots, from the run directories or from a saved JSON: the pre-registered

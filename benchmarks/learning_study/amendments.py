@@ -97,6 +97,7 @@ def declare(
     command: str,
     commit: Mapping[str, Any],
     date: str,
+    note: str | None = None,
 ) -> dict[str, Any]:
     """The amendment admitting ``kind`` (append it to ``amendments`` and commit it before any run here).
 
@@ -105,6 +106,7 @@ def declare(
         autocast: the autocast the study's cells resolve to here.
         warmup: this machine's start model's ``warmup.json``.
         runs_made_here: the test-stage runs already made on this kind (any refuses: an amendment precedes them).
+        note: what else a reader should know of the declaration (e.g. a pilot made on the kind outside the study).
 
     Raises:
         ValueError: the kind is the registered one or already admitted, runs were made here, or the start model is
@@ -134,4 +136,5 @@ def declare(
         **dict(commit),
         "command": command,
         "rules": list(RULES),
+        **({"note": note} if note else {}),
     }

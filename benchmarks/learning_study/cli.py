@@ -126,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="prereg: admit this CPU kind by an amendment (RESULTS_DIR/prereg-amendments.json; commit it before runs)",
     )
+    parser.add_argument("--note", default=None, help="with --declare-kind: what else the amendment should disclose")
     return parser
 
 
@@ -187,6 +188,7 @@ def declare_kind(args: argparse.Namespace, command: str) -> None:
             command=command,
             commit=git_commit(),
             date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            note=args.note,
         )
     except ValueError as err:
         raise SystemExit(str(err)) from None

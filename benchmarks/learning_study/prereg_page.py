@@ -212,6 +212,7 @@ def _amendments(amendments: list[dict[str, Any]]) -> list[str]:
             f"{i}. Declared on {a['date']} at commit `{a['commit']}` by `{a['command']}`, before any run on that kind: "
             f"CPU kind **{a['kind']}**, autocast `{a['autocast']}`, start model rebuilt there by the registered recipe "
             f"(its `warmup.json` differs in its losses only: `loss_before` {loss})."
+            + (f" {a['note']}" if a.get("note") else "")
         )
     rules = amendments[-1].get("rules") or []
     if rules:

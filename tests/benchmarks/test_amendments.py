@@ -90,9 +90,10 @@ def test_declare_kind_writes_the_amendment_and_the_test_stage_then_runs_here(tmp
     argv = ["--mode", "prereg", "--model", str(warm), "--results-dir", str(results), "--out-root", str(out)]
     with pytest.raises(SystemExit, match="not run what was pre-registered"):
         cli.main([*argv, "--report-only", "--no-report"])
-    assert cli.main([*argv, "--declare-kind"]) == 0
+    assert cli.main([*argv, "--declare-kind", "--note", "A pilot ran here first."]) == 0
     written = json.loads((results / amendments.AMENDMENTS_JSON).read_text())
     assert [a["kind"] for a in written] == ["kind B"] and written[0]["autocast"] == grid.CPU_AUTOCAST
+    assert written[0]["note"] == "A pilot ran here first."
     assert "--declare-kind" in written[0]["command"]
     with pytest.raises(SystemExit, match="already admitted"):
         cli.main([*argv, "--declare-kind"])

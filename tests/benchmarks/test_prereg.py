@@ -395,7 +395,7 @@ def test_the_page_renders_the_pre_registered_study_from_a_synthetic_report(tmp_p
     amendment = {
         "kind": "kind B", "autocast": "off", "warmup": {"loss_before": 2.2479419}, "date": "2026-11-27 13:00 UTC",
         "commit": "1" * 40, "command": "python -m benchmarks.learning --mode prereg --declare-kind",
-        "rules": ["every run of an (env, seed) is made on one CPU kind"],
+        "rules": ["every run of an (env, seed) is made on one CPU kind"], "note": "A pilot ran there first.",
     }  # fmt: skip
     data = {
         "mode": dataclasses.asdict(mode),
@@ -451,7 +451,7 @@ def test_the_page_renders_the_pre_registered_study_from_a_synthetic_report(tmp_p
         "#### Amendments: CPU kinds admitted besides the registered one",
         "1. Declared on 2026-11-27 13:00 UTC at commit `1111111111111111111111111111111111111111`",
         "CPU kind **kind B**, autocast `off`",
-        "`loss_before` 2.2479419",
+        "`loss_before` 2.2479419). A pilot ran there first.",
         "Under every amendment: every run of an (env, seed) is made on one CPU kind.",
         # per kind: R³L 0.40-0.44 on kind "test" (seeds 0-4), 0.45-0.49 on kind B; OPMD 0.216 and 0.22 there
         f"| `{ENV}` | R³L − OPMD | kind B | 5 | +0.250 |",
