@@ -6,6 +6,7 @@ the report data; :func:`render_prereg` writes it, from the report data alone."""
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +210,8 @@ def _amendments(amendments: list[dict[str, Any]]) -> list[str]:
     for i, a in enumerate(amendments, 1):
         loss = num((a.get("warmup") or {}).get("loss_before"), 7)
         md.append(
-            f"{i}. Declared on {a['date']} at commit `{a['commit']}` by `{a['command']}`, before any run on that kind: "
+            f"{i}. Declared on {a['date']} at commit `{a['commit']}` by `{_without_note(a['command'])}`, "
+            "before any run on that kind: "
             f"CPU kind **{a['kind']}**, autocast `{a['autocast']}`, start model rebuilt there by the registered recipe "
             f"(its `warmup.json` differs in its losses only: `loss_before` {loss})."
             + (f" {a['note']}" if a.get("note") else "")
@@ -218,6 +220,18 @@ def _amendments(amendments: list[dict[str, Any]]) -> list[str]:
     if rules:
         md += ["", "Under every amendment: " + "; ".join(rules) + "."]
     return md
+
+
+def _without_note(command: str) -> str:
+    """A declaration's command without its ``--note TEXT`` (the page prints the note on its own)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    if "--note" not in words:
+        return command
+    i = words.index("--note")
+    return shlex.join(words[:i] + words[i + 2 :])
 
 
 def _diff(c: dict[str, Any]) -> tuple[str, str, str]:

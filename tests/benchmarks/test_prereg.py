@@ -394,7 +394,7 @@ def test_the_page_renders_the_pre_registered_study_from_a_synthetic_report(tmp_p
     cells = {f"{m}|{ENV}": aggregate.cell_summary([r for r in runs if r["method"] == m]) for m in mode.methods}
     amendment = {
         "kind": "kind B", "autocast": "off", "warmup": {"loss_before": 2.2479419}, "date": "2026-11-27 13:00 UTC",
-        "commit": "1" * 40, "command": "python -m benchmarks.learning --mode prereg --declare-kind",
+        "commit": "1" * 40, "command": "python -m benchmarks.learning --mode prereg --declare-kind --note 'A pilot.'",
         "rules": ["every run of an (env, seed) is made on one CPU kind"], "note": "A pilot ran there first.",
     }  # fmt: skip
     data = {
@@ -449,7 +449,8 @@ def test_the_page_renders_the_pre_registered_study_from_a_synthetic_report(tmp_p
         "greedy (temperature 0)",
         "**60 of 60 runs finished.**",
         "#### Amendments: CPU kinds admitted besides the registered one",
-        "1. Declared on 2026-11-27 13:00 UTC at commit `1111111111111111111111111111111111111111`",
+        "1. Declared on 2026-11-27 13:00 UTC at commit `1111111111111111111111111111111111111111` by "
+        "`python -m benchmarks.learning --mode prereg --declare-kind`, before any run",
         "CPU kind **kind B**, autocast `off`",
         "`loss_before` 2.2479419). A pilot ran there first.",
         "Under every amendment: every run of an (env, seed) is made on one CPU kind.",
