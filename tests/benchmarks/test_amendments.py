@@ -79,7 +79,9 @@ def test_the_test_stage_accepts_an_admitted_kind_with_its_own_start_model_only(t
     assert prereg.check_registered(registered, str(warm), amendments=admitted)
 
 
-def test_declare_kind_writes_the_amendment_and_the_test_stage_then_runs_here(tmp_path, monkeypatch):
+def _study(tmp_path: Path, monkeypatch) -> tuple[Path, Path, Path, list[str]]:
+    """A registered study on a machine of "kind B" with its start model rebuilt: the results folder, the start
+    model, the out-root and the test stage's arguments."""
     monkeypatch.setattr(cli, "cpu_kind", lambda: "kind B")
     monkeypatch.setattr(device, "cpu_kind", lambda: "kind B")
     results, warm, out = tmp_path / "results", tmp_path / "warm", tmp_path / "runs"
@@ -88,6 +90,11 @@ def test_declare_kind_writes_the_amendment_and_the_test_stage_then_runs_here(tmp
     (warm / "warmup.json").write_text(json.dumps(REBUILT_WARMUP))
     prereg.write_prereg(_registration(), results / prereg.PREREG_JSON)
     argv = ["--mode", "prereg", "--model", str(warm), "--results-dir", str(results), "--out-root", str(out)]
+    return results, warm, out, argv
+
+
+def test_declare_kind_writes_the_amendment_and_the_test_stage_then_runs_here(tmp_path, monkeypatch):
+    results, warm, _, argv = _study(tmp_path, monkeypatch)
     with pytest.raises(SystemExit, match="not run what was pre-registered"):
         cli.main([*argv, "--report-only", "--no-report"])
     assert cli.main([*argv, "--declare-kind", "--note", "A pilot ran here first."]) == 0
@@ -103,16 +110,10 @@ def test_declare_kind_writes_the_amendment_and_the_test_stage_then_runs_here(tmp
 
 
 def test_a_declaration_after_runs_on_this_kind_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "cpu_kind", lambda: "kind B")
-    results, warm, out = tmp_path / "results", tmp_path / "warm", tmp_path / "runs"
-    results.mkdir()
-    warm.mkdir()
-    (warm / "warmup.json").write_text(json.dumps(REBUILT_WARMUP))
-    prereg.write_prereg(_registration(), results / prereg.PREREG_JSON)
+    results, _, out, argv = _study(tmp_path, monkeypatch)
     run_dir = out / ENV / "grpo" / "seed5"
     run_dir.mkdir(parents=True)
     (run_dir / "metrics.jsonl").write_text('{"step": 1, "train/reward": 0.0}\n')
-    argv = ["--mode", "prereg", "--model", str(warm), "--results-dir", str(results), "--out-root", str(out)]
     with pytest.raises(SystemExit, match=f"1 test-stage runs were already made on this kind \\({ENV}/grpo/seed5\\)"):
         cli.main([*argv, "--declare-kind"])
     assert not (results / amendments.AMENDMENTS_JSON).exists()
