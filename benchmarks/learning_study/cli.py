@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import logging
 import shlex
@@ -175,8 +176,6 @@ def declare_kind(args: argparse.Namespace, command: str) -> None:
     ]
     out_root = args.out_root or ROOT / "runs" / "learning" / TEST
     made += sorted(str(p.parent.relative_to(out_root)) for p in out_root.glob("*/*/seed*/metrics.jsonl"))
-    import datetime
-
     try:
         amendment = declare(
             registered,
