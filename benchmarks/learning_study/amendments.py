@@ -27,7 +27,7 @@ __all__ = [
     "amendment_for",
     "declare",
     "read_amendments",
-    "rounding_only",
+    "beyond_rounding",
 ]
 
 AMENDMENTS_JSON = "prereg-amendments.json"
@@ -77,7 +77,7 @@ def amended(prereg: Mapping[str, Any], amendment: Mapping[str, Any] | None) -> d
     return out
 
 
-def rounding_only(registered: Mapping[str, Any] | None, rebuilt: Mapping[str, Any] | None) -> list[str]:
+def beyond_rounding(registered: Mapping[str, Any] | None, rebuilt: Mapping[str, Any] | None) -> list[str]:
     """The fields of the rebuilt start model's ``warmup.json`` that differ from the registered one other than in
     rounding (:data:`ROUNDING_FIELDS`): empty when the rebuild followed the registered recipe."""
     if not registered or not rebuilt:
@@ -121,7 +121,7 @@ def declare(
             f"{len(runs_made_here)} test-stage runs were already made on this kind ({', '.join(runs_made_here[:3])}"
             f"{', ...' if len(runs_made_here) > 3 else ''}): an amendment must precede every run it admits"
         )
-    differ = rounding_only(prereg.get("warmup"), warmup)
+    differ = beyond_rounding(prereg.get("warmup"), warmup)
     if differ:
         raise ValueError(
             "the start model here is not the registered recipe rebuilt: its warmup.json differs from the registered "
