@@ -54,7 +54,7 @@ def _num(value: Any) -> float | None:
 def run_summary(run: Run, machine: str | None = None) -> dict[str, Any]:
     """What one run measured: evals (with the budget spent before each), totals, and the retry counters. A run
     directory that holds a run of another configuration (``stale``) counts as not finished. ``machine``: the CPU
-    kind the run directories were made on (this one's, unless they were copied here)."""
+    kind the run directories were made on (this one's, unless they were copied here); none for a run not begun."""
     stale = state(run) == "stale"
     records = metrics(run.run_dir)
     steps = [r for r in records if "train/reward" in r]
@@ -122,7 +122,7 @@ def run_summary(run: Run, machine: str | None = None) -> dict[str, Any]:
         "wall_s": sum(a.get("wall_s", 0.0) for a in tries) or None,
         "load": [a.get("load_start") for a in tries] + [a.get("load_end") for a in tries[-1:]],
         "eval_after_detail": result.get("eval_after"),
-        "machine": machine,
+        "machine": machine if run.run_dir.exists() else None,
         "autocast": run.config.get("autocast"),
         # the path the run took (the study runs on the fastest measured one) and its learning rate
         "rollout_backend": run.config.get("rollout_backend", "hf"),

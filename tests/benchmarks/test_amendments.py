@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.learning_study import amendments, cli, grid, kinds, prereg, scheduler, stats
+from benchmarks.learning_study import aggregate, amendments, cli, grid, kinds, prereg, scheduler, stats
 from r3l_learn.policies import device
 
 ENV = prereg.PREREG_ENVS[0]
@@ -173,6 +173,15 @@ def test_the_harness_check_flags_a_seed_whose_runs_are_of_two_kinds():
         {"env": "e", "seed": 2, "finished": False, "machine": "B"},
     ]
     assert kinds.kinds_agree(runs) == {"e|0": True, "e|1": False}
+
+
+def test_a_run_not_begun_names_no_machine_and_a_begun_one_names_this_machines_kind(tmp_path):
+    runs = grid.build_grid(MODE, tmp_path, envs={"corridor": grid.ENVS["textworld"]})
+    begun, waiting = runs[0], runs[1]
+    begun.run_dir.mkdir(parents=True)
+    (begun.run_dir / "metrics.jsonl").write_text('{"step": 0, "eval/success_rate": 0.2}\n')
+    assert aggregate.run_summary(begun, "kind B")["machine"] == "kind B"
+    assert aggregate.run_summary(waiting, "kind B")["machine"] is None  # the page never says where a run was not made
 
 
 def test_the_expected_wall_time_is_judged_from_runs_of_this_cpu_kind(tmp_path):
