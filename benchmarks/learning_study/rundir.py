@@ -4,6 +4,7 @@ what that makes its run: done, resumable, fresh, or a run of another configurati
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,20 @@ def state(run: Run) -> str:
     from r3l_learn.loop.checkpoints import latest_checkpoint
 
     return "resume" if latest_checkpoint(run.run_dir / "checkpoints") else "fresh"
+
+
+def start_over(run_dir: Path) -> None:
+    """Empty a run directory that has nothing to resume (it stopped before its first checkpoint), but for the
+    batches its eval before training finished (``evals/``): those are exactly what the eval would play again
+    (:mod:`r3l_learn.loop.eval_resume`, which drops them under other weights or settings), and that eval is the
+    longest piece of a run before its first checkpoint."""
+    for path in run_dir.iterdir():
+        if path.name == "evals":
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 def same_run(config: dict[str, Any], saved: dict[str, Any], free: frozenset[str]) -> bool:

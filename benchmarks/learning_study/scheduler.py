@@ -31,7 +31,7 @@ from .aggregate import carried_over
 from .child import register_setup
 from .grid import ENVS, METHODS, EnvSetting, Method, Mode, Run, build_grid
 from .kinds import split_by_kind, with_before_evals
-from .rundir import MEMORY_ONLY, append_attempt, finished, metrics, state
+from .rundir import MEMORY_ONLY, append_attempt, finished, metrics, start_over, state
 
 logger = logging.getLogger("bench.learning")
 
@@ -171,7 +171,7 @@ class Sweep:
         if status == "stale":
             raise RuntimeError(f"{run.run_dir} holds a run of another configuration (pass --rerun-stale)")
         if status == "fresh" and run.run_dir.exists():
-            shutil.rmtree(run.run_dir)  # a crash before the first checkpoint: nothing to resume
+            start_over(run.run_dir)  # stopped before the first checkpoint: only the eval's finished batches stay
         run.run_dir.mkdir(parents=True, exist_ok=True)
         spec = {"config": run.config, "setup": run.setup, "resume": status == "resume", "threads": self.threads}
         (run.run_dir / "spec.json").write_text(json.dumps(spec, indent=2) + "\n")

@@ -2,7 +2,8 @@
 
 Progress shows within episodes (the turn being generated, tokens so far; :mod:`r3l_learn.loop.progress`), and Ctrl-C
 stops cleanly: the episodes finished so far are summarised and written, then :class:`EvaluationInterrupted` is
-raised.
+raised. With a ``resume`` folder, the finished batches are kept there and a later call plays only the rest
+(:mod:`r3l_learn.loop.eval_resume`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from r3l_learn.loop.eval_resume import FinishedBatch, FinishedBatches
 from r3l_learn.loop.progress import Phase, phase
 from r3l_learn.policies.backends import ROLLOUT_BACKENDS
 from wrappers import AgentEpisode, Policy, RolloutConfig, Trajectory, rollout_batch, save_jsonl
@@ -47,9 +49,16 @@ class EvalSummary:
     tokens_per_second: float
     distinct_tasks: int = 0  # how many different tasks the episodes played
     interrupted: bool = False  # stopped by Ctrl-C: the aggregates cover the episodes finished before it
+    # episodes an earlier, interrupted call finished (kept in its ``resume`` folder), and the wall and CPU seconds
+    # they cost then; ``seconds`` counts those wall seconds too
+    resumed_episodes: int = 0
+    resumed_wall_s: float = 0.0
+    resumed_cpu_s: float = 0.0
 
     def lines(self) -> list[str]:
         stopped = " (interrupted: the episodes finished before Ctrl-C)" if self.interrupted else ""
+        if self.resumed_episodes:
+            stopped += f" ({self.resumed_episodes} of them played by an earlier, interrupted call)"
         return [
             f"{self.env_id} [{self.split}]: {self.episodes} episodes ({self.distinct_tasks} distinct tasks) in "
             f"{self.seconds:.1f} s{stopped}",
@@ -100,9 +109,15 @@ def load_policy(model: str, *, dtype: str = "auto", device: str = "cpu", seed: i
 
 
 def _summarise(
-    env_id: str, split: str, trajs: list[Trajectory], seconds: float, interrupted: bool = False
+    env_id: str,
+    split: str,
+    trajs: list[Trajectory],
+    seconds: float,
+    interrupted: bool = False,
+    resumed: Sequence[FinishedBatch] = (),
 ) -> EvalSummary:
     n = max(len(trajs), 1)
+    seconds += sum(b.wall_s for b in resumed)
     turns = sum(t.num_turns for t in trajs)
     tokens = sum(t.num_tokens for t in trajs)
     return EvalSummary(
@@ -120,6 +135,9 @@ def _summarise(
         tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
         distinct_tasks=len({t.task_id for t in trajs}),
         interrupted=interrupted,
+        resumed_episodes=sum(len(b.trajectories) for b in resumed),
+        resumed_wall_s=sum(b.wall_s for b in resumed),
+        resumed_cpu_s=sum(b.cpu_s for b in resumed),
     )
 
 
@@ -136,6 +154,8 @@ def evaluate(
     out: str | Path | None = None,
     progress: bool = True,
     desc: str | None = None,
+    resume: str | Path | None = None,
+    resume_key: str = "",
 ) -> tuple[EvalSummary, list[Trajectory]]:
     """Play ``episodes`` episodes of ``env_id`` (episode i resets with seed ``seed + i``), ``batch_size`` at
     a time with generation batched across them; optionally write the trajectories to ``out`` (JSONL).
@@ -151,46 +171,70 @@ def evaluate(
     Off a terminal, each of the two writes a start and an end line instead. On Ctrl-C the episodes finished so far
     (those of the interrupted batch included) are summarised and written to ``out``, and
     :class:`EvaluationInterrupted` (a ``KeyboardInterrupt``) carries them to the caller.
+
+    ``resume``: a folder where each finished batch is kept (:class:`r3l_learn.loop.eval_resume.FinishedBatches`),
+    so that a call interrupted part-way and made again with the same arguments and ``resume_key`` (name the
+    policy's weights: :func:`r3l_learn.loop.eval_resume.weights_key`) plays only the batches not finished; the
+    result is the one an uninterrupted call gives. The folder is removed once the eval is complete.
     """
     from r3l_learn.loop.prebuild import eval_task_ids, has_content_to_build, prebuild
 
     if episodes < 1 or batch_size < 1:
         raise ValueError(f"episodes and batch_size must be >= 1, got {episodes} and {batch_size}")
     envs = [gym.make(env_id, split=split, **(env_kwargs or {})) for _ in range(min(batch_size, episodes))]
+    firsts = range(0, episodes, len(envs))  # each batch's first episode
     trajs: list[Trajectory] = []
     live: list[AgentEpisode] = []  # the running batch's episodes, as of its last round
+    resumed: list[FinishedBatch] = []
+    kept: FinishedBatches | None = None
     start = time.perf_counter()
     try:
         tasks = eval_task_ids(envs[0], seed, episodes)
         if tasks and has_content_to_build(env_id):
             prebuild(env_id, env_kwargs, {split: tasks}, progress=progress)
+        if resume is not None:
+            identity = {"env_id": env_id, "split": split, "episodes": episodes, "batch_size": len(envs)}
+            identity |= {"seed": seed, "env_kwargs": env_kwargs or {}, "tasks": tasks, "key": resume_key}
+            identity["rollout"] = repr(config or RolloutConfig())
+            kept = FinishedBatches(resume, identity)
+            resumed = kept.load([min(len(envs), episodes - first) for first in firsts])
+            trajs.extend(t for b in resumed for t in b.trajectories)
+            if resumed:
+                logger.info("%s: %d of %d episodes kept from an interrupted eval", resume, len(trajs), episodes)
         desc = desc or env_id
         show = _Progress(policy, trajs, live, (config or RolloutConfig()).max_turns)
         with phase(desc, total=episodes, unit="ep", enabled=progress, status=show.status) as bar:
             show.bar = bar
-            for first in range(0, episodes, len(envs)):
+            if trajs:
+                bar.update(len(trajs))
+            for index, first in enumerate(firsts[len(resumed) :], start=len(resumed)):
                 k = min(len(envs), episodes - first)
                 seeds = [seed + first + i for i in range(k)]
                 task_ids = tasks[first : first + k] if tasks is not None else None
                 show.start_batch()
+                wall, cpu = time.perf_counter(), time.process_time()
                 batch = rollout_batch(
                     envs[:k], policy, config, seeds=seeds, task_ids=task_ids, seed=seed + first, on_round=show
                 )
                 live.clear()
                 trajs.extend(batch)
+                if kept is not None:
+                    kept.save(index, batch, time.perf_counter() - wall, time.process_time() - cpu)
                 show.end_batch(k)
             show.finish()
     except KeyboardInterrupt:
         trajs.extend(ep.trajectory for ep in live if ep.done)
-        summary = _summarise(env_id, split, trajs, time.perf_counter() - start, interrupted=True)
+        summary = _summarise(env_id, split, trajs, time.perf_counter() - start, interrupted=True, resumed=resumed)
         logger.warning("interrupted: %d of %d episodes finished", len(trajs), episodes)
         _write(out, trajs)
         raise EvaluationInterrupted(summary, trajs) from None
     finally:
         for env in envs:
             env.close()
-    summary = _summarise(env_id, split, trajs, time.perf_counter() - start)
+    summary = _summarise(env_id, split, trajs, time.perf_counter() - start, resumed=resumed)
     _write(out, trajs)
+    if kept is not None:
+        kept.clear()
     return summary, trajs
 
 

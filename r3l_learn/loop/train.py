@@ -33,6 +33,7 @@ from r3l_learn.algorithms.update import LossConfig, UpdateResult, apply_update, 
 from r3l_learn.errors import R3LLearnError
 from r3l_learn.loop.checkpoints import ResumeError, latest_checkpoint, rng_state, save_checkpoint
 from r3l_learn.loop.config import RESUMABLE_CHANGES, TrainConfig, config_from_dict
+from r3l_learn.loop.eval_resume import weights_key
 from r3l_learn.loop.evaluate import EvalSummary, EvaluationInterrupted, evaluate
 from r3l_learn.loop.groups import GroupBuilder, groups_with_contrast, make_group_builder
 from r3l_learn.loop.mechanism import amplification_extras, measures_amplification, mechanism_metrics
@@ -302,9 +303,9 @@ def _loop(run: _Run, on_step: list[OnStep]) -> bool:
         with Interrupts() as interrupts:
             _prebuild(run)
             if run.completed == 0 and config.eval_episodes and config.eval_before:
-                run.eval_before = _eval(config, run.player, 0, run.log)
+                run.eval_before = _eval(run, 0)
             elif _periodic_eval_missed(run):  # interrupted between the step and its eval: make the eval now
-                _eval(config, run.player, run.completed, run.log)
+                _eval(run, run.completed)
             desc = f"training {run.algo.name} on {config.env}"
             with phase(desc, total=config.steps, unit="step", status=_step_status(run)) as bar:
                 bar.update(run.completed)
@@ -317,7 +318,7 @@ def _loop(run: _Run, on_step: list[OnStep]) -> bool:
                     if config.checkpoint_every and run.completed % config.checkpoint_every == 0:
                         _save(run)
                     if _periodic_eval_due(config, run.completed):
-                        _eval(config, run.player, run.completed, run.log)
+                        _eval(run, run.completed)
     except KeyboardInterrupt:
         logger.warning("interrupted: saving a checkpoint of the last completed step (%d)", run.completed)
         return True
@@ -511,9 +512,13 @@ def _finish(run: _Run, interrupted: bool) -> TrainResult:
     eval_after = None
     if config.eval_episodes and not interrupted:
         try:
-            eval_after = _eval(config, run.player, config.steps, run.log)
-        except EvaluationInterrupted:  # Ctrl-C in the final eval: a partial eval is not the run's; resume redoes it
-            logger.warning("interrupted in the final eval: the checkpoint of step %d is kept", run.completed)
+            eval_after = _eval(run, config.steps)
+        except EvaluationInterrupted:  # Ctrl-C in the final eval: a partial eval is not the run's result; resume
+            # plays the batches it had not finished (the finished ones are kept under OUT/evals/)
+            logger.warning(
+                "interrupted in the final eval: the checkpoint of step %d and the finished batches are kept",
+                run.completed,
+            )
             interrupted = True
     run.log.close()
     if interrupted:
@@ -554,12 +559,16 @@ def _eval_seed(config: TrainConfig) -> int:
     return 10_000 + config.seed if config.eval_seed is None else config.eval_seed
 
 
-def _eval(config: TrainConfig, policy: Any, step: int, log: MetricsLogger) -> EvalSummary:
+def _eval(run: _Run, step: int) -> EvalSummary:
+    """The held-out eval at ``step``, logged. Its finished batches are kept under ``OUT/evals/`` until it is
+    complete, so a run interrupted in an eval resumes it where it stopped (exactly: see
+    :mod:`r3l_learn.loop.eval_resume`); its wall and CPU seconds then count the earlier attempt's batches too."""
+    config = run.config
     wall, cpu = time.perf_counter(), time.process_time()
     when = "before training" if step == 0 else f"after step {step}" if step < config.steps else "after training"
     summary, trajs = evaluate(
         config.env,
-        policy,
+        run.player,
         episodes=config.eval_episodes,
         split=config.eval_split,
         config=rollout_config(config, config.eval_temperature),
@@ -568,13 +577,18 @@ def _eval(config: TrainConfig, policy: Any, step: int, log: MetricsLogger) -> Ev
         env_kwargs=config.env_kwargs,
         progress=config.progress,
         desc=f"eval {when}",
+        resume=run.out / "evals" / f"step-{step:06d}",
+        resume_key=weights_key(run.model),
     )
     metrics = {"eval/success_rate": summary.success_rate, "eval/mean_score": summary.mean_score}
     metrics["eval/mean_reward"] = summary.mean_reward
-    metrics["eval/wall_s"], metrics["eval/cpu_s"] = time.perf_counter() - wall, time.process_time() - cpu
+    metrics["eval/wall_s"] = time.perf_counter() - wall + summary.resumed_wall_s
+    metrics["eval/cpu_s"] = time.process_time() - cpu + summary.resumed_cpu_s
+    if summary.resumed_episodes:
+        metrics["eval/resumed_episodes"] = summary.resumed_episodes
     if _is_math(config.env):  # pass@1 is the first attempt; success_rate is "solved within k attempts"
         metrics["eval/first_attempt_success"] = statistics.fmean(_first_attempt_won(t) for t in trajs)
-    log.log(step, metrics)
+    run.log.log(step, metrics)
     return summary
 
 

@@ -210,6 +210,21 @@ def test_a_sweep_interrupted_by_hand_says_so(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_run_started_over_keeps_only_the_finished_batches_of_its_eval(tmp_path):
+    run_dir = tmp_path / "seed0"
+    (run_dir / "evals" / "step-000000").mkdir(parents=True)
+    (run_dir / "evals" / "step-000000" / "batch-00000.json").write_text("{}")
+    (run_dir / "tb").mkdir()
+    for name in ("metrics.jsonl", "run.json", "config.json"):
+        (run_dir / name).write_text("{}")
+    rundir.start_over(run_dir)
+    assert [p.relative_to(run_dir).as_posix() for p in sorted(run_dir.rglob("*"))] == [
+        "evals",
+        "evals/step-000000",
+        "evals/step-000000/batch-00000.json",
+    ]
+
+
 def test_the_grid_runs_aggregates_skips_and_resumes(tmp_path):
     out_root = tmp_path / "runs"
     runs, info = scheduler.sweep(MODE, out_root=out_root, envs=ENVS, threads=1, keep_checkpoints=True)

@@ -249,7 +249,7 @@ def test_a_run_stopped_before_its_final_eval_makes_it_on_resume(tmp_path):
 
 def test_ctrl_c_during_the_final_eval_is_an_interruption_that_resume_completes(tmp_path, monkeypatch):
     """Ctrl-C while the final eval runs ends the run as any interruption does (checkpoint kept, ``interrupted``, no
-    traceback, no partial eval recorded as the result), and ``--resume`` then makes the whole eval."""
+    traceback, no partial eval recorded as the result), and ``--resume`` then completes the eval."""
     import r3l_learn.loop.train as train_module
     from r3l_learn.loop.evaluate import EvaluationInterrupted
 
