@@ -73,7 +73,7 @@ class BooleanFlag(argparse.BooleanOptionalAction):
 def list_one_spelling(parser: argparse.ArgumentParser) -> None:
     """List each of ``parser``'s flags in its help and usage under one spelling: its short option (``-v``), if any,
     and its first long option without an underscore (``--out-dir``, not ``--out_dir`` or the alias ``--out``),
-    with that option's ``--no-`` twin for a :class:`BooleanFlag`.
+    with that option's ``--no-`` twin for a boolean flag (:class:`BooleanFlag`, ``argparse.BooleanOptionalAction``).
 
     The other spellings still parse, unlisted: argparse finds a flag by the table of option strings that the
     parser filled when the flag was added, and lists a flag by its ``option_strings``, which this trims.
@@ -83,5 +83,7 @@ def list_one_spelling(parser: argparse.ArgumentParser) -> None:
         if not longs:
             continue
         first = next((o for o in longs if "_" not in o), longs[0])
-        listed = {first, f"--no-{first[2:]}"} if isinstance(action, BooleanFlag) else {first}
+        # argparse's own boolean flag reads ``--no-x`` only while it is among ``option_strings``: keep it there
+        negative = isinstance(action, argparse.BooleanOptionalAction)
+        listed = {first, f"--no-{first[2:]}"} if negative else {first}
         action.option_strings = [o for o in action.option_strings if not o.startswith("--") or o in listed]

@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
 import traceback
+from typing import Any
 
 from r3l_learn.cli.args import env_id_problem, key_value, list_one_spelling, parse_kwargs
 from r3l_learn.loop.config import ACTION_MODES, ACTIONS_HELP, action_flags
@@ -129,6 +131,9 @@ def _eval(args: argparse.Namespace) -> int:
     config = RolloutConfig(sampling=sampling, max_turns=args.max_turns, history=args.history, **flags)
     name = args.env.rsplit("/", 1)[-1]
     out = args.out or os.path.join(args.out_dir or ".", f"r3l-eval-{name}-{args.split}.jsonl")
+    batches = f"{out}.batches"  # the finished batches, kept until the eval is complete
+    if not args.resume:
+        shutil.rmtree(batches, ignore_errors=True)
     try:
         summary, _ = evaluate(
             args.env,
@@ -141,6 +146,8 @@ def _eval(args: argparse.Namespace) -> int:
             env_kwargs=env_kwargs,
             out=out,
             progress=args.progress,
+            resume=batches,
+            resume_key=_policy_key(policy, args, autocast),
         )
     except KeyboardInterrupt as stop:  # evaluate() summarises and writes the finished episodes before it re-raises
         summary = getattr(stop, "summary", None)
@@ -149,9 +156,23 @@ def _eval(args: argparse.Namespace) -> int:
     print("\n".join(summary.lines()))
     print(f"trajectories: {out}")
     if getattr(summary, "interrupted", False):
-        print(f"r3l eval: interrupted; the {summary.episodes} finished episode(s) are in {out}", file=sys.stderr)
+        print(
+            f"r3l eval: interrupted; the {summary.episodes} finished episode(s) are in {out}, and the same command "
+            f"continues from the finished batches kept in {batches}",
+            file=sys.stderr,
+        )
         return 130
     return 0
+
+
+def _policy_key(policy: Any, args: argparse.Namespace, autocast: str) -> str:
+    """What decides the replies besides the eval's settings: the model (its weights' digest where they are here,
+    else its name), and the engine, precision and device that compute with it."""
+    from r3l_learn.loop.eval_resume import weights_key
+
+    model = getattr(policy, "model", None)
+    weights = weights_key(model) if hasattr(model, "named_parameters") else args.model
+    return f"{weights}|{args.rollout_backend}|{args.dtype}|{autocast}|{args.device}"
 
 
 def _warmup(args: argparse.Namespace) -> int:
@@ -325,6 +346,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=0, help="seeds the episodes and sampling")
     ev.add_argument("--out", default=None, help="JSONL file to write; None: r3l-eval-<Env>-<split>.jsonl in --out-dir")
     ev.add_argument("--out-dir", default=None, help="directory of the default --out file; None: the current one")
+    ev.add_argument(
+        "--resume",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="play only the batches an interrupted run of the same command did not finish (kept in OUT.batches; "
+        "the result is the uninterrupted one); --no-resume: play every batch again",
+    )
     ev.add_argument("kwargs", nargs="*", type=key_value, metavar="KEY=VALUE", help="older spelling of --env-kwargs")
     ev.set_defaults(func=_eval)
 

@@ -1,6 +1,7 @@
 """``r3l --help`` and every subcommand's help: one line per subcommand, each flag listed under one spelling (older
 spellings still parse), booleans as ``--x, --no-x``, and every flag's default shown."""
 
+import argparse
 import dataclasses
 import re
 
@@ -104,6 +105,22 @@ OFF_BY_FLAG = [["--no-progress"], ["--no_progress"], ["--preset", "cpu-demo", "-
 def test_no_progress_switches_the_progress_field_off(flags):
     progress = config_from_args(build_parser().parse_args(["train", *flags])).progress
     assert progress is (flags not in OFF_BY_FLAG)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_boolean_flag_of_every_command_is_switched_off_by_its_no_twin(command):
+    parser = build_parser(command)
+    sub = next(a for a in parser._actions if a.dest == "command").choices[command]
+    values = {"env": "r3l/Countdown-v0", "out": "o"}
+    required = [
+        w for a in sub._actions if a.required and a.option_strings for w in (a.option_strings[0], values[a.dest])
+    ]
+    flags = [a for a in sub._actions if isinstance(a, argparse.BooleanOptionalAction)]
+    for flag in flags:
+        (on,) = [o for o in flag.option_strings if o.startswith("--") and not o.startswith("--no")]
+        args = parser.parse_args([command, *required, f"--no-{on[2:]}"])
+        assert getattr(args, flag.dest) is False, f"r3l {command} --no-{on[2:]}"
+        assert getattr(parser.parse_args([command, *required, on]), flag.dest) is True
 
 
 def test_a_boolean_flag_takes_no_value():
