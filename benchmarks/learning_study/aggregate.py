@@ -200,6 +200,15 @@ def cell_summary(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["logged_generated_tokens"] = mean_ci([s["logged_generated_tokens"] for s in done])
     out["wall_min"] = mean_ci([s["wall_s"] / 60 for s in done if s["wall_s"]])
     out["cost"] = _cost(done)
+    # what a run costs depends on the machine (an AVX2 CPU computes without bf16 at about 2.5x the CPU time): per
+    # CPU kind, so that a cell made on two kinds is never compared with one made on one
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for s in done:
+        kinds.setdefault(s.get("machine") or "unknown", []).append(s)
+    out["by_kind"] = {
+        kind: {"cost": _cost(runs), "wall_min": mean_ci([s["wall_s"] / 60 for s in runs if s["wall_s"]])}
+        for kind, runs in sorted(kinds.items())
+    }
     details = [s["eval_after_detail"] for s in done if s["eval_after_detail"]]
     out["eval_turns"] = mean_ci([d["mean_turns"] for d in details])
     out["eval_parse_errors"] = mean_ci([d["parse_error_rate"] for d in details])

@@ -23,7 +23,7 @@ from .reflection_table import render_self_reflection
 
 _BUDGET_HEADER = (
     "env|method|trajectories|generated tokens|speed/generated_tokens|env steps|train success|tokens / success|"
-    "env steps / success|steps with a gradient|held-out turns|held-out parse errors / turn|wall min"
+    "env steps / success|steps with a gradient|held-out turns|held-out parse errors / turn"
 )
 _RETRY_HEADER = (
     "env|method|reflector|reflections parsed|retries|mean pivot|beat base|retry success|tokens pivot ÷ scratch|"
@@ -54,7 +54,7 @@ def render(data: dict[str, Any], *, page_dir: Path) -> str:
     md += _results(data["cells"], mode, methods)
     md += _along_training(data["runs"], mode, methods)
     md += _budget(data["cells"], mode, methods)
-    md += _cost(data["cells"], mode, methods)
+    md += _cost(data["cells"], mode, methods, here=data["machine"].get("cpu_kind"))
     md += _retries(data["cells"], mode, methods)
     if data["plots"]:
         md += ["", "### Held-out success and score vs sampled trajectories (95 % CI bands over seeds)", ""]
@@ -230,28 +230,39 @@ def _along_training(runs: Sequence[dict[str, Any]], mode: Mode, methods: dict[st
     return md + table(["env", "method", "held-out success at each eval"], rows or [["—"] * 3])
 
 
-def _cost(cells: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> list[str]:
+def _cost(cells: dict[str, Any], mode: Mode, methods: dict[str, Method], here: str | None = None) -> list[str]:
+    """CPU seconds per trajectory and wall minutes per run, per CPU kind where the runs were made on several
+    (``by_kind`` of each cell; a report saved before it existed has its pooled numbers, made on ``here``)."""
+    parts = {
+        key: c.get("by_kind") or {here or "": {"cost": c.get("cost"), "wall_min": c["wall_min"]}}
+        for key, c in cells.items()
+    }
+    several = len({kind for by_kind in parts.values() for kind in by_kind}) > 1
     md = [
         "",
-        "### Cost per trajectory (CPU seconds, pooled over finished seeds)",
+        "### Cost per trajectory (CPU seconds, pooled over finished seeds)" + (", per CPU kind" if several else ""),
         "",
         "CPU seconds (user + system of the run's process) rather than wall time: on a shared machine the load "
         "inflates wall time several-fold and CPU time much less. Trajectories per CPU-hour count collection and "
-        "update, not the held-out evals (their cost per episode is the last column). A dash: runs logged before "
-        "these counters existed.",
+        "update, not the held-out evals (their cost per episode is its own column). Wall minutes: a run's, over all "
+        "its attempts (an eval before training it made and work lost to an interruption included). A dash: runs "
+        "logged before these counters existed.",
         "",
     ]
     rows = []
     for e in mode.envs:
         for m in mode.methods:
-            c = cells[f"{m}|{e}"]
-            cost = c.get("cost") or {}
-            if c["seeds"]:
+            if not cells[f"{m}|{e}"]["seeds"]:
+                continue
+            for kind, part in parts[f"{m}|{e}"].items():
+                cost = part.get("cost") or {}
                 seconds = (num(cost.get(k), 1) for k in ("collect_cpu_s", "update_cpu_s"))
                 hourly, per_episode = count(cost.get("per_cpu_hour")), num(cost.get("eval_cpu_s"), 1)
-                rows.append([e, methods[m].label, *seconds, hourly, per_episode])
-    header = ["env", "method", "collect CPU-s / traj.", "update CPU-s / traj.", "traj. / CPU-hour"]
-    return md + table([*header, "eval CPU-s / episode"], rows or [["—"] * 6])
+                wall = num(part["wall_min"]["mean"], 1)
+                rows.append([e, methods[m].label, *([kind] if several else []), *seconds, hourly, per_episode, wall])
+    header = ["env", "method", *(["CPU kind"] if several else []), "collect CPU-s / traj.", "update CPU-s / traj."]
+    header += ["traj. / CPU-hour", "eval CPU-s / episode", "wall min / run"]
+    return md + table(header, rows or [["—"] * len(header)])
 
 
 def _budget(cells: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> list[str]:
@@ -281,8 +292,8 @@ def _budget(cells: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> li
                 row = [e, methods[m].label, *(count(s["mean"]) for s in totals), success, *per_success]
                 row.append(f"{num(c['updates']['mean'], 1)} of {mode.steps}")
                 held_out = (num(c["eval_turns"]["mean"], 1), num(c["eval_parse_errors"]["mean"], 2))
-                rows.append([*row, *held_out, num(c["wall_min"]["mean"], 1)])
-    return md + table(_BUDGET_HEADER.split("|"), rows or [["—"] * 13])
+                rows.append([*row, *held_out])
+    return md + table(_BUDGET_HEADER.split("|"), rows or [["—"] * 12])
 
 
 def _retries(cells: dict[str, Any], mode: Mode, methods: dict[str, Method]) -> list[str]:

@@ -390,7 +390,8 @@ def test_the_page_renders_the_pre_registered_study_from_a_synthetic_report(tmp_p
             success = 0.4 + 0.01 * seed if m == "r3l-oracle" else 0.2 + 0.02 * (seed % 3)
             mech = steps if methods[m].algo == "r3l" else None
             # seeds 5-9 made on a CPU kind an amendment admits (every method of a seed on one kind)
-            runs.append({**_summary(ENV, m, seed, success, mech), **({"machine": "kind B"} if seed >= 5 else {})})
+            kind = {"machine": "kind B", "wall_s": 4500.0} if seed >= 5 else {"wall_s": 1800.0}
+            runs.append({**_summary(ENV, m, seed, success, mech), **kind})
     cells = {f"{m}|{ENV}": aggregate.cell_summary([r for r in runs if r["method"] == m]) for m in mode.methods}
     amendment = {
         "kind": "kind B", "autocast": "off", "warmup": {"loss_before": 2.2479419}, "date": "2026-11-27 13:00 UTC",
@@ -457,6 +458,10 @@ def test_the_page_renders_the_pre_registered_study_from_a_synthetic_report(tmp_p
         # per kind: R³L 0.40-0.44 on kind "test" (seeds 0-4), 0.45-0.49 on kind B; OPMD 0.216 and 0.22 there
         f"| `{ENV}` | R³L − OPMD | kind B | 5 | +0.250 |",
         f"| `{ENV}` | R³L − OPMD | test | 5 | +0.204 |",
+        # what a run costs, per CPU kind (seeds 5-9 made on kind B, 75 min each)
+        "### Cost per trajectory (CPU seconds, pooled over finished seeds), per CPU kind",
+        f"| {ENV} | R³L (oracle) | kind B | — | — | — | — | 75.0 |",
+        f"| {ENV} | R³L (oracle) | test | — | — | — | — | 30.0 |",
     ):
         assert text in page, text
     order = ("### Pre-registration", "### R³L against the strongest", "### Verdict", "### How the runs were made")
