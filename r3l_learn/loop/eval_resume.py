@@ -14,6 +14,7 @@ Layout: ``identity.json``, then per finished batch ``batch-NNNNN.jsonl`` (its tr
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -32,8 +33,8 @@ __all__ = ["FinishedBatch", "FinishedBatches", "weights_key"]
 logger = logging.getLogger(__name__)
 
 IDENTITY = "identity.json"
-#: the largest identity file read (it names settings and task ids; anything bigger was not written here)
-MAX_IDENTITY_BYTES = 1 << 20
+#: the largest identity or cost file read (they name settings, task ids, seconds: anything bigger was not written here)
+MAX_SMALL_FILE_BYTES = 1 << 20
 
 
 @dataclass
@@ -84,7 +85,7 @@ class FinishedBatches:
     def _read_identity(self) -> Any:
         path = self.folder / IDENTITY
         try:
-            if path.stat().st_size > MAX_IDENTITY_BYTES:
+            if path.stat().st_size > MAX_SMALL_FILE_BYTES:
                 return None
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):  # none yet, or not one this module wrote: the folder starts over
@@ -93,11 +94,11 @@ class FinishedBatches:
     def _read(self, index: int, size: int) -> FinishedBatch | None:
         trajs, cost = self._paths(index)
         try:
-            if cost.stat().st_size > MAX_IDENTITY_BYTES:
+            if cost.stat().st_size > MAX_SMALL_FILE_BYTES:
                 return None
             spent = json.loads(cost.read_text(encoding="utf-8"))
             wall, cpu = float(spent["wall_s"]), float(spent["cpu_s"])
-            trajectories = list(load_jsonl(trajs))
+            trajectories = list(itertools.islice(load_jsonl(trajs), size + 1))  # one more tells a longer file
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError, DataFormatError) as err:
