@@ -66,28 +66,33 @@ WALL_MARGIN = 1.15
 
 def wall_estimator(saved: Mapping[str, Any] | None, kind: str | None = None) -> Callable[[Run], float | None]:
     """How long a run is expected to take, in seconds, judged from the finished runs of its env and method in the
-    committed report ``saved`` (made on CPU kind ``kind``, where given: kinds differ in speed several-fold): their
-    median wall time for a fresh run; for a resumed one, the median final eval plus the median training time scaled
-    by the share of steps it has left; both times :data:`WALL_MARGIN`. ``None`` where no such run exists.
+    committed report ``saved`` (made on CPU kind ``kind``, where given: kinds differ in speed several-fold): the
+    median training time (collection and update) scaled by the share of steps the run has left, plus the median
+    final eval, plus one more eval where the run makes the eval before training; times :data:`WALL_MARGIN`.
+    ``None`` where no such run exists.
 
-    Medians, because an env's first run on a machine also compiles its games and makes the shared eval before
-    training: that should not set what the next run is expected to cost."""
-    done: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    From the work measured inside the runs, not their wall time: a run's wall also holds what the next run will
+    not repeat (the eval before training that an env's first run on a machine makes for the others, its games'
+    compilation, work lost to an interruption), and an AVX2 machine's first run, which held all three, would
+    otherwise be expected to outlast any session. A run logged without the collection and update times counts
+    its wall time less its final eval as training."""
+    done: dict[tuple[str, str], list[tuple[float, float]]] = {}  # (training seconds, final-eval seconds) per run
     for s in (saved or {}).get("runs", []):
         if s.get("finished") and s.get("wall_s") and kind in (None, s.get("machine")):
-            eval_s = (s.get("eval_after_detail") or {}).get("seconds") or 0.0
-            done.setdefault((s["env"], s["method"]), []).append((s["wall_s"], min(eval_s, s["wall_s"])))
+            eval_s = min((s.get("eval_after_detail") or {}).get("seconds") or 0.0, s["wall_s"])
+            measured = s.get("collect_s") is not None and s.get("update_s") is not None
+            train_s = s["collect_s"] + s["update_s"] if measured else s["wall_s"] - eval_s
+            done.setdefault((s["env"], s["method"]), []).append((train_s, eval_s))
 
     def expected(run: Run) -> float | None:
-        walls = done.get((run.env_key, run.method_key))
-        if not walls:
+        work = done.get((run.env_key, run.method_key))
+        if not work:
             return None
         steps = run.config["steps"]
         trained = max((r["step"] for r in metrics(run.run_dir) if "train/reward" in r), default=0)
-        if not trained:
-            return median(w for w, _ in walls) * WALL_MARGIN
-        left = max(steps - trained, 0) / steps
-        return (median(e for _, e in walls) + median(w - e for w, e in walls) * left) * WALL_MARGIN
+        train_s, eval_s = median(t for t, _ in work), median(e for _, e in work)
+        before = eval_s if run.config.get("eval_before") and not trained else 0.0
+        return (before + train_s * max(steps - trained, 0) / steps + eval_s) * WALL_MARGIN
 
     return expected
 

@@ -163,8 +163,9 @@ def test_a_run_not_expected_to_fit_the_budget_is_not_started_and_a_shorter_one_i
 
 
 def test_the_expected_wall_time_comes_from_the_committed_runs_of_the_same_env_and_method(tmp_path):
-    """Fresh: the median wall of the cell's env and method. Resumed: the median eval plus the training time of the
-    steps left. Both with a margin. Another method's runs or unfinished runs say nothing; with none, it is unknown."""
+    """Fresh: the median training time plus the median final eval of the cell's env and method (wall less eval,
+    for runs logged without collection and update times). Resumed: the training time of the steps left. Both with
+    a margin. Another method's runs or unfinished runs say nothing; with none, it is unknown."""
     runs = grid.build_grid(dataclasses.replace(MODE, steps=4), tmp_path, envs=ENVS)
     run = next(r for r in runs if r.method_key == "grpo")
 
@@ -190,6 +191,17 @@ def test_the_expected_wall_time_comes_from_the_committed_runs_of_the_same_env_an
     assert expected(run) == pytest.approx((40 + 160 * 2 / 4) * margin)  # eval 40, training 160, half left
     assert scheduler.wall_estimator({"runs": []})(run) is None
     assert scheduler.wall_estimator(None)(run) is None
+    # a run's wall time also holds an eval before training it made for the others and work lost to interruptions:
+    # the times measured inside it (collection, update, final eval) say what the next run costs; a run that makes
+    # the eval before training costs one more eval
+    first_on_a_machine = {**summary(9000, 500), "collect_s": 1500, "update_s": 2000}
+    fresh = grid.build_grid(dataclasses.replace(MODE, steps=4), tmp_path / "other", envs=ENVS)
+    expected = scheduler.wall_estimator({"runs": [first_on_a_machine]})
+    assert expected(next(r for r in fresh if r.method_key == "grpo")) == pytest.approx(4000 * margin)
+    r3l = {**first_on_a_machine, "method": "r3l-oracle"}
+    making_the_eval_before = next(r for r in fresh if r.method_key == "r3l-oracle")
+    assert making_the_eval_before.config["eval_before"]
+    assert scheduler.wall_estimator({"runs": [r3l]})(making_the_eval_before) == pytest.approx(4500 * margin)
 
 
 def test_a_sweep_interrupted_by_hand_says_so(tmp_path):
