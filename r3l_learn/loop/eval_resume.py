@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from wrappers import Trajectory, save_jsonl
 from wrappers.data import DataFormatError, load_jsonl
 
@@ -119,8 +117,11 @@ class FinishedBatches:
         return stem.with_suffix(".jsonl"), stem.with_suffix(".json")
 
 
-def weights_key(model: torch.nn.Module) -> str:
-    """A digest of every parameter's name, dtype, shape and bytes: names the weights a batch was played with."""
+def weights_key(model: Any) -> str:
+    """A digest of every parameter's name, dtype, shape and bytes of ``model`` (a ``torch.nn.Module``): names the
+    weights a batch was played with."""
+    import torch  # here, not at import: importing evaluate (for ``r3l --help``, say) must not load torch
+
     digest = hashlib.blake2b(digest_size=16)
     for name, param in model.named_parameters():
         tensor = param.detach().cpu().contiguous().reshape(-1)

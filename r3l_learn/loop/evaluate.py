@@ -181,6 +181,7 @@ def evaluate(
 
     if episodes < 1 or batch_size < 1:
         raise ValueError(f"episodes and batch_size must be >= 1, got {episodes} and {batch_size}")
+    rollout = config or RolloutConfig()
     envs = [gym.make(env_id, split=split, **(env_kwargs or {})) for _ in range(min(batch_size, episodes))]
     firsts = range(0, episodes, len(envs))  # each batch's first episode
     trajs: list[Trajectory] = []
@@ -195,14 +196,14 @@ def evaluate(
         if resume is not None:
             identity = {"env_id": env_id, "split": split, "episodes": episodes, "batch_size": len(envs)}
             identity |= {"seed": seed, "env_kwargs": env_kwargs or {}, "tasks": tasks, "key": resume_key}
-            identity["rollout"] = repr(config or RolloutConfig())
+            identity["rollout"] = repr(rollout)
             kept = FinishedBatches(resume, identity)
             resumed = kept.load([min(len(envs), episodes - first) for first in firsts])
             trajs.extend(t for b in resumed for t in b.trajectories)
             if resumed:
                 logger.info("%s: %d of %d episodes kept from an interrupted eval", resume, len(trajs), episodes)
         desc = desc or env_id
-        show = _Progress(policy, trajs, live, (config or RolloutConfig()).max_turns)
+        show = _Progress(policy, trajs, live, rollout.max_turns)
         with phase(desc, total=episodes, unit="ep", enabled=progress, status=show.status) as bar:
             show.bar = bar
             if trajs:
