@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from r3l_learn.errors import ResumeError, brief
+from wrappers.data import write_atomically
 
 __all__ = [
     "CheckedCheckpoint",
@@ -165,12 +166,7 @@ def save_checkpoint(directory: str | os.PathLike[str], step: int, state: dict[st
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"step-{step:06d}.pt"
-    tmp = directory / f".{path.name}.{os.getpid()}.partial"
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomically(path, lambda tmp: torch.save(state, tmp))
     for old in _checkpoints(directory)[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
     logger.info("saved checkpoint %s", path)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from wrappers import Trajectory, save_jsonl
-from wrappers.data import DataFormatError, load_jsonl
+from wrappers.data import DataFormatError, load_jsonl, write_atomically
 
 __all__ = ["FinishedBatch", "FinishedBatches", "weights_key"]
 
@@ -55,7 +55,7 @@ class FinishedBatches:
         if self._read_identity() != self.identity:
             self.clear()
             self.folder.mkdir(parents=True)
-            _write_atomically(self.folder / IDENTITY, json.dumps(self.identity, sort_keys=True))
+            _write_text(self.folder / IDENTITY, json.dumps(self.identity, sort_keys=True))
 
     def load(self, sizes: list[int]) -> list[FinishedBatch]:
         """The batches finished so far, from the first on, while each is whole: batch ``i`` must hold ``sizes[i]``
@@ -74,7 +74,7 @@ class FinishedBatches:
         """Keep batch ``index`` (its trajectories first, its cost last: the cost file marks it finished)."""
         trajs, cost = self._paths(index)
         save_jsonl(trajs, trajectories)
-        _write_atomically(cost, json.dumps({"episodes": len(trajectories), "wall_s": wall_s, "cpu_s": cpu_s}))
+        _write_text(cost, json.dumps({"episodes": len(trajectories), "wall_s": wall_s, "cpu_s": cpu_s}))
 
     def clear(self) -> None:
         """Remove the folder (the eval finished, or the batches in it were played under another identity)."""
@@ -130,10 +130,5 @@ def weights_key(model: Any) -> str:
     return digest.hexdigest()
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def _write_text(path: Path, text: str) -> None:
+    write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))

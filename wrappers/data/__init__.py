@@ -1,6 +1,8 @@
 """Trajectories and their files: the data model (``trajectory.py``), bounded JSONL reading (``jsonl.py``), exports
-to other trainers' formats (``export.py``) and printable text (``safe_text.py``)."""
+to other trainers' formats (``export.py``), printable text (``safe_text.py``) and whole-or-nothing file writes
+(``atomic.py``)."""
 
+from wrappers.data.atomic import write_atomically
 from wrappers.data.trajectory import (
     FORMAT_VERSION,
     DataFormatError,
@@ -25,4 +27,5 @@ __all__ = [
     "load_jsonl",
     "new_id",
     "save_jsonl",
+    "write_atomically",
 ]

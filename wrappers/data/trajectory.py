@@ -48,6 +48,7 @@ from typing import Any, NamedTuple
 
 from r3l_envs.checkpoint import Checkpoint
 from r3l_envs.errors import CheckpointError
+from wrappers.data.atomic import write_atomically
 from wrappers.data.jsonl import MAX_DEPTH, MAX_LINE_BYTES, DataFormatError, check_record, parse_record, read_lines
 from wrappers.data.safe_text import quote
 
@@ -598,18 +599,17 @@ def save_jsonl(path: str | os.PathLike[str], items: Iterable[Trajectory | Trajec
     """Write one JSON object per line (atomically: a temp file renamed into place). Returns the count."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    count = 0
-    try:
+
+    def write(tmp: Path) -> int:
+        count = 0
         with open(tmp, "w", encoding="utf-8") as f:
             for item in items:
                 # ensure_ascii keeps lone surrogates from the env (e.g. bad-action echoes) writable and exact
                 f.write(json.dumps(item.to_dict(), ensure_ascii=True) + "\n")
                 count += 1
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return count
+        return count
+
+    return write_atomically(path, write)
 
 
 def load_jsonl(
