@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import quota
 from .grid import METHODS, Method, Mode, Run, reference, run_name
 from .kinds import kinds_agree
 from .rundir import CARRY_FREE, MEMORY_ONLY, attempts, finished, metrics, same_run, state
@@ -313,19 +314,12 @@ def aggregate(
             for key in ("success", "score"):
                 diff = paired(a[f"{key}_by_seed"], b[f"{key}_by_seed"])
                 comparisons.append({"env": env, "other": other, "metric": key, **diff, "verdict": verdict(diff)})
-    missing = []
-    for env in mode.envs:
-        for method in (m for m in mode.methods if mode.runs_on(m, env)):
-            have = set(cells[f"{method}|{env}"]["seeds"])
-            lacking = [s for s in mode.seeds_for(method, env) if s not in have]
-            stale = [r["seed"] for r in per_run if r["env"] == env and r["method"] == method and r["stale"]]
-            if lacking:
-                missing.append({"env": env, "method": method, "seeds": lacking, "stale": stale})
+    missing = missing_cells(mode, per_run, cells)
     # The same seed evaluates the same held-out episodes with the same initial model: every method's eval before
     # training should agree (a check of the harness, not a result).
     before_agree = {}
     for env in mode.envs:
-        for seed in mode.seeds_of(env):
+        for seed in sorted({s["seed"] for s in per_run if s["env"] == env}):
             vals: dict[Any, set[tuple[float, float]]] = {}  # per CPU kind and autocast: their evals may differ
             for s in per_run:
                 if s["env"] == env and s["seed"] == seed and s["finished"] and s["before"] and not s["before_shared"]:
@@ -341,6 +335,29 @@ def aggregate(
         "before_agree": before_agree,
         "kinds_agree": kinds_agree(per_run),
     }
+
+
+def missing_cells(mode: Mode, per_run: Sequence[dict[str, Any]], cells: dict[str, Any]) -> list[dict[str, Any]]:
+    """What is left to finish: per cell, its seeds not finished (``seeds``; ``stale``: those whose run directory
+    holds a run of another configuration); under seed quotas, per group, how many more seeds it needs (``more``)
+    and the seeds where every cell of the group finished (``counted``)."""
+    out = []
+    if mode.seed_quotas:
+        finished = {summary_name(r) for r in per_run if r["finished"]}
+        for g in mode.seed_quotas:
+            more = quota.shortfall(g, finished)
+            if more:
+                out.append({"env": g["env"], "methods": g["methods"], "more": more})
+                out[-1]["counted"] = quota.counted_seeds(g, finished)
+        return out
+    for env in mode.envs:
+        for method in (m for m in mode.methods if mode.runs_on(m, env)):
+            have = set(cells[f"{method}|{env}"]["seeds"])
+            lacking = [s for s in mode.seeds_for(method, env) if s not in have]
+            stale = [r["seed"] for r in per_run if r["env"] == env and r["method"] == method and r["stale"]]
+            if lacking:
+                out.append({"env": env, "method": method, "seeds": lacking, "stale": stale})
+    return out
 
 
 def train_config(agg: dict[str, Any], saved: dict[str, Any] | None = None) -> dict[str, Any] | None:

@@ -1,4 +1,5 @@
-"""Amendments to the pre-registration: CPU kinds on which the test stage may run besides the registered one.
+"""Amendments to the pre-registration: CPU kinds on which the test stage may run besides the registered one, and
+seed quotas in place of the registered seeds (:mod:`~benchmarks.learning_study.quota`).
 
 The study was registered on one CPU kind: its autocast (``prereg.json``, ``settings.shared.autocast``) and its
 start model's bits are that kind's. A CPU of another kind resolves autocast otherwise (bf16 emulated would be many
@@ -26,6 +27,8 @@ __all__ = [
     "amended",
     "amendment_for",
     "declare",
+    "kind_amendments",
+    "seed_amendment",
     "read_amendments",
     "beyond_rounding",
 ]
@@ -48,7 +51,8 @@ ROUNDING_FIELDS = frozenset({"loss_before", "final_loss", "epoch_losses"})
 
 
 def read_amendments(path: Path) -> list[dict[str, Any]]:
-    """The amendments at ``path`` (none where there is no file).
+    """The amendments at ``path`` (none where there is no file): each admits a CPU kind (``kind``) or declares
+    seed quotas (``seeds``).
 
     Raises:
         ValueError: the file is not a list of amendments.
@@ -56,15 +60,27 @@ def read_amendments(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     data = json.loads(path.read_text())
-    keys = {"kind", "autocast", "warmup", "date", "commit"}
-    if not isinstance(data, list) or not all(isinstance(a, dict) and keys <= set(a) for a in data):
-        raise ValueError(f"{path} is not a list of pre-registration amendments (each with {sorted(keys)})")
+    kind, seeds = {"kind", "autocast", "warmup", "date", "commit"}, {"seeds", "date", "commit"}
+    if not isinstance(data, list) or not all(isinstance(a, dict) and (kind <= set(a) or seeds <= set(a)) for a in data):
+        raise ValueError(
+            f"{path} is not a list of pre-registration amendments (each with {sorted(kind)} or {sorted(seeds)})"
+        )
     return data
+
+
+def kind_amendments(amendments: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The amendments that admit a CPU kind."""
+    return [a for a in amendments if "kind" in a]
+
+
+def seed_amendment(amendments: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The amendment that declares seed quotas, or ``None``."""
+    return next((a for a in amendments if "seeds" in a), None)
 
 
 def amendment_for(amendments: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None:
     """The amendment that admits CPU kind ``kind``, or ``None``."""
-    return next((a for a in amendments if a["kind"] == kind), None)
+    return next((a for a in kind_amendments(amendments) if a["kind"] == kind), None)
 
 
 def amended(prereg: Mapping[str, Any], amendment: Mapping[str, Any] | None) -> dict[str, Any]:

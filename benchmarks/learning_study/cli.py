@@ -21,6 +21,11 @@ it, declared there before any run and committed::
 
     python -m benchmarks.learning --mode prereg --model PATH --declare-kind   # writes results/prereg-amendments.json
 
+Where seeds another kind began can no longer be made, seed quotas (:mod:`benchmarks.learning_study.quota`) replace
+the registered seeds, declared once before any run they admit and committed::
+
+    python -m benchmarks.learning --mode prereg --model PATH --declare-seeds  # appends to prereg-amendments.json
+
 On a fresh machine (no run directories) a sweep or report continues from the committed report of the same mode
 (``benchmarks/results/learning.json`` for the pre-registered comparison, ``learning_fair.json`` for the fair mode,
 ...): its finished runs count as done for the same cells (made on another CPU kind
@@ -44,11 +49,11 @@ from typing import Any
 from benchmarks import results_page
 from r3l_learn.policies.device import cpu_kind
 
-from . import BENCHMARKS, ROOT
+from . import BENCHMARKS, ROOT, quota
 from .aggregate import aggregate
-from .amendments import AMENDMENTS_JSON, declare, read_amendments
+from .amendments import AMENDMENTS_JSON, declare, kind_amendments, read_amendments, seed_amendment
 from .child import register_setup
-from .grid import CPU_AUTOCAST, ENVS, METHODS, MODES, Method, Mode, Run, build_grid
+from .grid import CPU_AUTOCAST, ENVS, METHODS, MODES, Method, Mode, Run, build_grid, run_name
 from .prereg import (
     PREREG_JSON,
     PREREG_MODES,
@@ -56,6 +61,7 @@ from .prereg import (
     VALID,
     check_registered,
     git_commit,
+    main_methods,
     read_prereg,
     read_warmup,
     registration,
@@ -127,7 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="prereg: admit this CPU kind by an amendment (RESULTS_DIR/prereg-amendments.json; commit it before runs)",
     )
-    parser.add_argument("--note", default=None, help="with --declare-kind: what else the amendment should disclose")
+    parser.add_argument(
+        "--declare-seeds",
+        action="store_true",
+        help="prereg: replace the registered seeds by seed quotas, by an amendment (commit it before runs it admits)",
+    )
+    parser.add_argument("--note", default=None, help="with --declare-*: what else the amendment should disclose")
     return parser
 
 
@@ -145,7 +156,7 @@ def resolve_mode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> t
     problems = check_registered(registered, args.model, amendments=amendments)
     if problems:
         raise SystemExit("the test stage would not run what was pre-registered: " + "; ".join(problems))
-    return test_mode(registered, args.model)
+    return test_mode(registered, args.model, seed_plan=(seed_amendment(amendments) or {}).get("seeds"))
 
 
 def read_registration(results_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -168,14 +179,7 @@ def declare_kind(args: argparse.Namespace, command: str) -> None:
     registered recipe rebuilt)."""
     registered, amendments = read_registration(args.results_dir)
     kind = cpu_kind()
-    saved = load_saved(args.saved or args.results_dir / f"{section_of(TEST)}.json", TEST)
-    made = [
-        f"{s['env']}/{s['method']}/seed{s['seed']}"
-        for s in (saved or {}).get("runs", [])
-        if s.get("machine") == kind and (s.get("finished") or s.get("steps_logged"))
-    ]
-    out_root = args.out_root or ROOT / "runs" / "learning" / TEST
-    made += sorted(str(p.parent.relative_to(out_root)) for p in out_root.glob("*/*/seed*/metrics.jsonl"))
+    made = [run_name(*r) for r in runs_made(args, kind)]
     try:
         amendment = declare(
             registered,
@@ -196,6 +200,45 @@ def declare_kind(args: argparse.Namespace, command: str) -> None:
     logger.info(
         "%s: CPU kind %r admitted (autocast %s); commit it before the test stage runs here", path, kind, CPU_AUTOCAST
     )
+
+
+def runs_made(args: argparse.Namespace, kind: str | None = None) -> list[tuple[str, str, int]]:
+    """The test-stage runs begun or finished so far, as (env, method, seed): the committed report's (those made on
+    CPU kind ``kind`` only, where given) and the run directories under the out-root (this machine's)."""
+    saved = load_saved(args.saved or args.results_dir / f"{section_of(TEST)}.json", TEST)
+    made = [
+        (s["env"], s["method"], int(s["seed"]))
+        for s in (saved or {}).get("runs", [])
+        if (kind is None or s.get("machine") == kind) and (s.get("finished") or s.get("steps_logged"))
+    ]
+    out_root = args.out_root or ROOT / "runs" / "learning" / TEST
+    for path in sorted(out_root.glob("*/*/seed*/metrics.jsonl")):
+        env, method, seed = path.parent.relative_to(out_root).parts
+        made.append((env, method, int(seed.removeprefix("seed"))))
+    return list(dict.fromkeys(made))
+
+
+def declare_seeds(args: argparse.Namespace, command: str) -> None:
+    """Append the amendment replacing the registered seeds by seed quotas to ``RESULTS_DIR/prereg-amendments.json``
+    (refused where quotas are declared already, or where runs of seeds only the quotas admit were made, on any
+    kind)."""
+    registered, amendments = read_registration(args.results_dir)
+    main = main_methods(registered)
+    admitted = quota.runs_admitted(runs_made(args), main, registered["settings"]["test"])
+    try:
+        amendment = quota.declare_seeds(
+            amendments,
+            admitted_made=admitted,
+            command=command,
+            commit=git_commit(),
+            date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            note=args.note,
+        )
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    path = args.results_dir / AMENDMENTS_JSON
+    path.write_text(json.dumps([*amendments, amendment], indent=2) + "\n")
+    logger.info("%s: seed quotas declared; commit it before the test stage runs again", path)
 
 
 def default_plots_dir(mode: str) -> Path:
@@ -257,10 +300,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.default_int_handler)
     command = "python -m benchmarks.learning " + shlex.join(sys.argv[1:] if argv is None else list(argv))
-    if args.declare_kind:
-        if args.mode != TEST or not args.model:
-            parser.error(f"--declare-kind admits this CPU to the test stage: use it with --mode {TEST} --model PATH")
-        declare_kind(args, command)
+    if args.declare_kind or args.declare_seeds:
+        flag = "--declare-kind" if args.declare_kind else "--declare-seeds"
+        if args.mode != TEST or not args.model or (args.declare_kind and args.declare_seeds):
+            parser.error(f"{flag} amends the test stage: use one with --mode {TEST} --model PATH")
+        (declare_kind if args.declare_kind else declare_seeds)(args, command)
         return 0
     mode, methods = resolve_mode(args, parser)
     logger.info("CPU: %s; CPU modes use autocast %s", cpu_kind(), CPU_AUTOCAST)
@@ -285,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         admitted = None
         if mode.name == TEST:
             registered, amendments = read_registration(args.results_dir)
-            admitted = [registered.get("warmup")] + [a["warmup"] for a in amendments]
+            admitted = [registered.get("warmup")] + [a["warmup"] for a in kind_amendments(amendments)]
         refuse_another_start_model(saved, mode.model, saved_path, admitted)
         logger.info("finished runs of %s count as done where no run dir holds them", saved_path)
     if args.report_only:

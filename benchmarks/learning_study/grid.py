@@ -262,6 +262,9 @@ class Mode:
     # True: the held-out episodes are the same for every seed (one episode per task of the split, greedy), so the
     # initial model is evaluated once per env, by the first cell that runs, not once per (env, seed)
     before_once_per_env: bool = False
+    # groups of cells that count seeds together ({"env", "methods", "seeds", "quota"}, see quota.py): their cells'
+    # seeds are candidates, of which each group makes as many as its quota needs; empty: every seed is made
+    seed_quotas: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Mode:
@@ -271,7 +274,7 @@ class Mode:
         env_seeds = {k: tuple(v) for k, v in data.get("env_seeds", {}).items()}
         cell_seeds = {k: tuple(v) for k, v in data.get("cell_seeds", {}).items()}
         lists = {"method_envs": method_envs, "env_seeds": env_seeds, "cell_seeds": cell_seeds}
-        return cls(**{**data, **tuples, **lists})
+        return cls(**{**data, **tuples, **lists, "seed_quotas": tuple(data.get("seed_quotas", ()))})
 
     def runs_on(self, method: str, env: str) -> bool:
         """Whether the grid has the cell (method, env)."""
@@ -284,6 +287,12 @@ class Mode:
     def seeds_for(self, method: str, env: str) -> tuple[int, ...]:
         """The seeds the cell (method, env) runs with."""
         return self.cell_seeds.get(f"{method}|{env}", self.seeds_of(env))
+
+    def planned(self, method: str, env: str) -> int:
+        """How many finished seeds the cell (method, env) is planned to have: the largest quota of its groups, else
+        all its seeds."""
+        quotas = [g["quota"] for g in self.seed_quotas if g["env"] == env and method in g["methods"]]
+        return max(quotas) if quotas else len(self.seeds_for(method, env))
 
     def envs_of(self, methods: Sequence[str]) -> tuple[str, ...]:
         """The envs on which any of ``methods`` runs, in table order."""

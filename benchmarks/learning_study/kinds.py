@@ -17,10 +17,10 @@ from typing import Any
 from .grid import Run
 from .rundir import metrics
 
-__all__ = ["kinds_agree", "split_by_kind", "with_before_evals"]
+__all__ = ["kinds_agree", "kinds_of_seeds", "split_by_kind", "with_before_evals"]
 
 
-def _kinds_of_seeds(runs: Sequence[Run], carried: Mapping[str, dict[str, Any]], kind: str) -> dict[tuple, set[str]]:
+def kinds_of_seeds(runs: Sequence[Run], carried: Mapping[str, dict[str, Any]], kind: str) -> dict[tuple, set[str]]:
     """Per (env, seed), the CPU kinds its runs were made on: the committed ones' and, for a run directory here,
     this machine's."""
     kinds: dict[tuple, set[str]] = {}
@@ -36,7 +36,7 @@ def split_by_kind(
 ) -> tuple[list[Run], list[Run]]:
     """``todo`` split into the runs this CPU kind may make and those of an (env, seed) that another kind began
     (``runs``: the whole grid; ``carried``: the committed summaries standing for its cells)."""
-    kinds = _kinds_of_seeds(runs, carried, kind)
+    kinds = kinds_of_seeds(runs, carried, kind)
     mine, elsewhere = [], []
     for run in todo:
         began = kinds.get((run.env_key, run.seed), set())

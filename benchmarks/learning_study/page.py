@@ -69,22 +69,31 @@ def render(data: dict[str, Any], *, page_dir: Path) -> str:
     md += discussion(mode, data, methods)
     if data["missing"]:
         md += ["", "### Missing cells", ""]
-        md += [
-            f"- {m['env']} × {methods[m['method']].label}: seed(s) {', '.join(map(str, m['seeds']))} not finished"
-            + (f" (seed(s) {', '.join(map(str, m['stale']))}: a run of an older configuration)" if m["stale"] else "")
-            for m in data["missing"]
-        ]
+        md += [_missing(m, methods) for m in data["missing"]]
         if history and history[-1].get("stopped"):
             md += ["", history[-1]["stopped"]]
     md += _settings(mode, envs, methods, data.get("train_config"))
     return "\n".join(md)
 
 
+def _missing(m: dict[str, Any], methods: dict[str, Method]) -> str:
+    """One line of the missing cells: a cell's unfinished seeds, or a seed-quota group's shortfall."""
+    if "more" in m:
+        counted = ", ".join(map(str, m["counted"])) or "none yet"
+        labels = ", ".join(methods[k].label for k in m["methods"])
+        return f"- {m['env']} × {labels}: {m['more']} more seed(s) where each finished (counted so far: {counted})"
+    stale = f" (seed(s) {', '.join(map(str, m['stale']))}: a run of an older configuration)" if m["stale"] else ""
+    return f"- {m['env']} × {methods[m['method']].label}: seed(s) {', '.join(map(str, m['seeds']))} not finished{stale}"
+
+
 def _heading(data: dict[str, Any], mode: Mode, history: Sequence[dict[str, Any]]) -> list[str]:
     cells = data["cells"]
-    total = sum(mode.runs_on(m, e) * len(mode.seeds_for(m, e)) for m in mode.methods for e in mode.envs)
+    total = sum(mode.runs_on(m, e) * mode.planned(m, e) for m in mode.methods for e in mode.envs)
     more = "".join(f"; {e}: seeds {', '.join(map(str, s))}" for e, s in mode.env_seeds.items() if e in mode.envs)
     done = sum(len(c["seeds"]) for c in cells.values())
+    seeds = f"Seeds {', '.join(map(str, mode.seeds))}{more}. "
+    if mode.seed_quotas:
+        seeds = "Seeds: candidates in order, as many as the seed quotas need (see the amendments). "
     per_seed = mode.steps * mode.tasks_per_step * mode.group_size
     lrs = {c["lr"] for c in mode.cell_config.values() if "lr" in c}
     lr = f"lr {mode.lr:g}" if not lrs else "lr: set per cell (see the pre-registration above)"
@@ -114,8 +123,7 @@ def _heading(data: dict[str, Any], mode: Mode, history: Sequence[dict[str, Any]]
         f"{mode.tasks_per_step} task(s) × {mode.group_size} trajectories = {per_seed} trajectories per seed "
         f"(R³L: N/2 = {mode.group_size // 2} base(s) per task, their retries, topped up with bases); {lr}; "
         f"held out: {mode.eval_episodes} episodes of the {split} split {at}, {shared}. "
-        f"Seeds {', '.join(map(str, mode.seeds))}{more}. "
-        f"**{done} of {total} runs finished.**",
+        f"{seeds}**{done} of {total} runs finished.**",
         "",
         "Cells: mean over seeds ± half-width of the 95 % t-interval (n = finished seeds; one seed has no interval; "
         "intervals are not clipped to [0, 1], and with n = 2 the t quantile is 12.7, so they are wide). "

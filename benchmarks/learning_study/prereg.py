@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import ROOT
+from . import ROOT, quota
 from .amendments import amended, amendment_for
 from .grid import CPU_AUTOCAST, ENVS, METHODS, REFERENCE, EnvSetting, Method, Mode
 from .mechanism import THRESHOLDS
@@ -331,34 +331,59 @@ def brief(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def main_methods(prereg: dict[str, Any]) -> dict[str, list[str]]:
+    """Per env of a pre-registration, its main cells' methods: R³L, GRPO and the strongest baseline (once each)."""
+    return {e: list(dict.fromkeys((REFERENCE, "grpo", c["strongest_baseline"]))) for e, c in prereg["choices"].items()}
+
+
 def test_mode(
-    prereg: dict[str, Any], model: str, fields: frozenset[str] | None = None
+    prereg: dict[str, Any],
+    model: str,
+    fields: frozenset[str] | None = None,
+    seed_plan: dict[str, Any] | None = None,
 ) -> tuple[Mode, dict[str, Method]]:
     """The ``prereg`` stage from a pre-registration: R³L, GRPO and the strongest baseline over
     :data:`MAIN_SEEDS`, the other tuned baselines and the ablations over :data:`OTHER_SEEDS`, each cell at its
     pre-registered rate, the R³L family measuring its amplification where the learner can; seed-major, so a sweep
-    stopped early leaves whole seeds."""
+    stopped early leaves whole seeds. ``seed_plan``: the seed amendment's plan (``{"main"|"other": {"candidates",
+    "quota"}}``, see :mod:`~benchmarks.learning_study.quota`), whose candidates and quotas replace those seeds."""
     fields = trainconfig_fields() if fields is None else fields
     envs = tuple(prereg["choices"])
     keys = [REFERENCE, "grpo", *(m for m in TUNED[1:] if m != "grpo"), *ABLATIONS]
     methods = {k: METHODS[k] for k in keys}
     # the privilege control gives half of each group the expert's plan (the oracle's information)
     methods["raft-expert"] = dataclasses.replace(METHODS["raft-expert"], config={"expert_demos": GROUP_SIZE // 2})
+    main_seeds, other_seeds = MAIN_SEEDS, OTHER_SEEDS
+    if seed_plan:
+        main_seeds, other_seeds = (tuple(seed_plan[k]["candidates"]) for k in ("main", "other"))
+    main_of = main_methods(prereg)
     cell_seeds, cell_config = {}, {}
     for env in envs:
         choice = prereg["choices"][env]
-        main = {REFERENCE, "grpo", choice["strongest_baseline"]}
         for m in keys:
-            cell_seeds[f"{m}|{env}"] = MAIN_SEEDS if m in main else OTHER_SEEDS
+            cell_seeds[f"{m}|{env}"] = main_seeds if m in main_of[env] else other_seeds
             lr = choice["lr"][ABLATIONS.get(m, m)]
             measure = methods[m].algo == "r3l" and "measure_amplification" in fields
             cell_config[f"{m}|{env}"] = {"lr": lr, **({"measure_amplification": True} if measure else {})}
     fixed_eval = "eval_seed" in fields
+    quotas: tuple[dict[str, Any], ...] = ()
+    seeds = (
+        f"over seeds {MAIN_SEEDS[0]}-{MAIN_SEEDS[-1]}, the other baselines and R³L's ablations over seeds "
+        f"{OTHER_SEEDS[0]}-{OTHER_SEEDS[-1]}"
+    )
+    if seed_plan:
+        others = {e: [m for m in keys if m not in main_of[e]] for e in envs}
+        quotas = quota.groups(main_of, others, REFERENCE, seed_plan)
+        m, o = seed_plan["main"], seed_plan["other"]
+        seeds = (
+            f"until {m['quota']} seeds each finished (candidates {main_seeds[0]}-{main_seeds[-1]}), the other "
+            f"baselines and R³L's ablations until {o['quota']} seeds each finished beside R³L's (candidates "
+            f"{other_seeds[0]}-{other_seeds[-1]}), by the seed amendment's quotas"
+        )
     mode = Mode(
         TEST,
-        f"the pre-registered comparison: R³L, GRPO and the strongest baseline (chosen on the valid split) over seeds "
-        f"{MAIN_SEEDS[0]}-{MAIN_SEEDS[-1]}, the other baselines and R³L's ablations over seeds {OTHER_SEEDS[0]}-"
-        f"{OTHER_SEEDS[-1]}, each at its pre-registered learning rate; {STEPS} steps of {TASKS_PER_STEP} tasks × "
+        f"the pre-registered comparison: R³L, GRPO and the strongest baseline (chosen on the valid split) {seeds}, "
+        f"each at its pre-registered learning rate; {STEPS} steps of {TASKS_PER_STEP} tasks × "
         f"{GROUP_SIZE} trajectories ({BUDGET} per run); greedy eval on {TEST_EPISODES} distinct test tasks after "
         "training; cut replies masked for every method; from the start model given on the command line",
         envs=envs,
@@ -381,5 +406,6 @@ def test_mode(
         cell_config=cell_config,
         before_once_per_env=fixed_eval,
         seed_major=True,
+        seed_quotas=quotas,
     )
     return mode, methods

@@ -63,7 +63,7 @@ def prereg_data(data: dict[str, Any], mode: Mode, methods: dict[str, Method]) ->
         families = {k: _family(cells, env, ref, v) for k, v in (("main", main), ("ablations", ablations))}
         families["others"] = _family(cells, env, ref, others)
         label = methods[strongest].label
-        planned = len(mode.seeds_for(ref, env))
+        planned = mode.planned(ref, env)
         pair = families["main"][f"{ref}|{strongest}"]
         judged = verdict(pair, mechanism[ref], baseline=label, thresholds=thresholds, planned=planned)
         by_kind = _by_kind(cells, runs, env, ref, main)
@@ -202,24 +202,39 @@ def _registered(registered: dict[str, Any] | None, warmup: dict[str, Any] | None
 
 
 def _amendments(amendments: list[dict[str, Any]]) -> list[str]:
-    """The amendments admitting other CPU kinds: when, for which kind, with which autocast and start model, under
-    which rules (the same for every amendment)."""
+    """The amendments in the order declared: when, by which command, what each admits (a CPU kind, with its
+    autocast and start model; or seed quotas), and the rules each kind of amendment is under."""
     if not amendments:
         return []
-    md = ["", "#### Amendments: CPU kinds admitted besides the registered one", ""]
+    md = ["", "#### Amendments to the pre-registration", ""]
     for i, a in enumerate(amendments, 1):
-        loss = num((a.get("warmup") or {}).get("loss_before"), 7)
-        md.append(
-            f"{i}. Declared on {a['date']} at commit `{a['commit']}` by `{_without_note(a['command'])}`, "
-            "before any run on that kind: "
-            f"CPU kind **{a['kind']}**, autocast `{a['autocast']}`, start model rebuilt there by the registered recipe "
-            f"(its `warmup.json` differs in its losses only: `loss_before` {loss})."
-            + (f" {a['note']}" if a.get("note") else "")
-        )
-    rules = amendments[-1].get("rules") or []
-    if rules:
-        md += ["", "Under every amendment: " + "; ".join(rules) + "."]
+        when = f"{i}. Declared on {a['date']} at commit `{a['commit']}` by `{_without_note(a['command'])}`"
+        if "seeds" in a:
+            m, o = a["seeds"]["main"], a["seeds"]["other"]
+            what = (
+                ", before any run it admits: **seed quotas** in place of the registered seeds (R³L, GRPO and the "
+                f"strongest baseline: {m['quota']} seeds each finished, candidates {_span(m['candidates'])}; R³L with "
+                f"each other method: {o['quota']} seeds both finished, candidates {_span(o['candidates'])})."
+            )
+        else:
+            loss = num((a.get("warmup") or {}).get("loss_before"), 7)
+            what = (
+                f", before any run on that kind: CPU kind **{a['kind']}**, autocast `{a['autocast']}`, start model "
+                "rebuilt there by the registered recipe (its `warmup.json` differs in its losses only: `loss_before` "
+                f"{loss})."
+            )
+        md.append(when + what + (f" {a['note']}" if a.get("note") else ""))
+    for label, of_kind in (("a CPU kind", True), ("seed quotas", False)):
+        rules = next((a.get("rules") for a in reversed(amendments) if ("kind" in a) == of_kind), None)
+        if rules:
+            md += ["", f"Under every amendment admitting {label}: " + "; ".join(rules) + "."]
     return md
+
+
+def _span(seeds: list[int]) -> str:
+    """``0-14`` for consecutive seeds, else the list."""
+    consecutive = seeds == list(range(seeds[0], seeds[-1] + 1)) if seeds else False
+    return f"{seeds[0]}-{seeds[-1]}" if consecutive and len(seeds) > 1 else ", ".join(map(str, seeds))
 
 
 def _without_note(command: str) -> str:

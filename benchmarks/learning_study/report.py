@@ -104,7 +104,7 @@ def _side_tables(
         path = Path(results_dir) / PREREG_JSON
         # a report keeps the pre-registration it ran under (a rewrite from JSON does not read a newer one)
         data["prereg"] = data.get("prereg") or (json.loads(path.read_text()) if path.is_file() else None)
-        # amendments only ever add CPU kinds: the newest list is the one to show
+        # amendments are only ever appended: the newest list is the one to show
         data["amendments"] = read_amendments(Path(results_dir) / AMENDMENTS_JSON) or data.get("amendments") or []
         key = "prereg_results" if mode.name == TEST else "prereg_valid"
         data[key] = prereg_data(data, mode, methods)

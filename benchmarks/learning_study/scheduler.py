@@ -30,7 +30,8 @@ from . import BENCHMARKS, ROOT
 from .aggregate import carried_over
 from .child import register_setup
 from .grid import ENVS, METHODS, EnvSetting, Method, Mode, Run, build_grid
-from .kinds import split_by_kind, with_before_evals
+from .kinds import kinds_of_seeds, split_by_kind, with_before_evals
+from .quota import allowed_runs
 from .rundir import MEMORY_ONLY, append_attempt, finished, metrics, start_over, state
 
 logger = logging.getLogger("bench.learning")
@@ -266,6 +267,19 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
+def within_quotas(
+    mode: Mode, todo: Sequence[Run], runs: Sequence[Run], carried: Mapping[str, dict[str, Any]], kind: str
+) -> tuple[list[Run], list[Run]]:
+    """``todo`` split into the runs the seed quotas have this CPU kind make (all of them where the mode has no
+    quotas) and the runs of candidate seeds no quota needs now (:mod:`~benchmarks.learning_study.quota`; a finished
+    run is kept: the runner reports it done)."""
+    if not mode.seed_quotas:
+        return list(todo), []
+    done = set(carried) | {r.name for r in runs if r.name not in carried and finished(r)}
+    allowed = allowed_runs(mode.seed_quotas, done, kinds_of_seeds(runs, carried, kind), kind) | done
+    return [r for r in todo if r.name in allowed], [r for r in todo if r.name not in allowed]
+
+
 def sweep(
     mode: Mode,
     *,
@@ -297,6 +311,9 @@ def sweep(
     todo, elsewhere = split_by_kind([r for r in chosen if r.name not in carried], runs, carried, kind)
     for r in elsewhere:
         logger.info("%s: left for a machine of the CPU kind that began its seed (this one: %s)", r.name, kind)
+    todo, beyond = within_quotas(mode, todo, runs, carried, kind)
+    if beyond:
+        logger.info("%d runs of candidate seeds are beyond what the seed quotas need now", len(beyond))
     if mode.before_once_per_env:
         todo = with_before_evals(todo, runs, carried, kind)
     if overrides:
@@ -335,8 +352,10 @@ def sweep(
     info["wall_min"] = round((time.monotonic() - start) / 60, 1)
     info["load_end"] = round(load_now(), 2)
     info["outcomes"] = {o.run.name: {"status": o.status, "wall_s": round(o.wall_s, 1)} for o in outcomes}
-    carried_count = len(chosen) - len(todo) - len(elsewhere)
+    carried_count = len(chosen) - len(todo) - len(elsewhere) - len(beyond)
     counts: dict[str, int] = {"carried over": carried_count} if carried_count else {}
+    if beyond:
+        counts["beyond the seed quotas"] = len(beyond)
     for o in outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
     info["counts"] = counts

@@ -1,6 +1,7 @@
 """Amendments admitting another CPU kind to the pre-registered study (benchmarks/learning_study/amendments.py) and
 the rules that keep each seed on one kind (kinds.py): what a declaration refuses, what the test stage then accepts,
-which runs a machine leaves for another kind, and where the eval before training is made."""
+which runs a machine leaves for another kind, and where the eval before training is made. Then the seed-quota
+amendment (quota.py): which candidate seeds a machine makes, and when it may be declared."""
 
 import dataclasses
 import json
@@ -8,7 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.learning_study import aggregate, amendments, cli, grid, kinds, prereg, scheduler, stats
+from benchmarks.learning_study import (
+    aggregate,
+    amendments,
+    cli,
+    grid,
+    kinds,
+    prereg,
+    prereg_page,
+    quota,
+    scheduler,
+    stats,
+)
 from r3l_learn.policies import device
 
 ENV = prereg.PREREG_ENVS[0]
@@ -208,3 +220,99 @@ def test_amendments_are_read_back_and_a_malformed_file_is_refused(tmp_path):
     path.write_text(json.dumps({"kind": "kind B"}))
     with pytest.raises(ValueError, match="not a list of pre-registration amendments"):
         amendments.read_amendments(path)
+
+
+# Seed quotas (quota.py): the amendment that replaces the registered seeds by candidates and a count to reach.
+
+GROUP = {"env": "th", "methods": ["r3l-oracle", "grpo"], "seeds": [0, 1, 2, 3, 4, 5], "quota": 3}
+
+
+def _finished(*seeds: int, methods=("r3l-oracle", "grpo")) -> set[str]:
+    return {grid.run_name("th", m, s) for s in seeds for m in methods}
+
+
+def test_a_machine_makes_candidate_seeds_in_order_skipping_those_another_kind_began_until_the_quota():
+    assert quota.seeds_to_make(GROUP, set(), {}, "B") == [0, 1, 2]
+    # seed 1 begun on kind A and not finished by the group: left to kind A, seed 3 takes its place here
+    began = {("th", 1): {"A"}}
+    assert quota.seeds_to_make(GROUP, set(), began, "B") == [0, 2, 3]
+    assert quota.seeds_to_make(GROUP, set(), began, "A") == [0, 1, 2]
+    # a seed the whole group finished counts wherever it was made; one run of a pair is not a finished seed
+    half = {grid.run_name("th", "r3l-oracle", 0)}
+    assert quota.seeds_to_make(GROUP, _finished(1), began, "B") == [0, 2]
+    assert quota.counted_seeds(GROUP, _finished(1) | half) == [1]
+    assert quota.shortfall(GROUP, _finished(1) | half) == 2
+    # the quota met by the first candidates: nothing more to make; a later candidate finished elsewhere does not
+    # stop an earlier one being made (the walk is in order, so the registered seeds come first)
+    assert quota.seeds_to_make(GROUP, _finished(0, 1, 2), began, "B") == []
+    assert quota.seeds_to_make(GROUP, _finished(0, 1, 4), began, "B") == [2]
+    assert quota.shortfall(GROUP, _finished(0, 1, 4, 5)) == 0
+    assert quota.allowed_runs([GROUP], set(), began, "B") == _finished(0, 2, 3)
+
+
+def test_the_test_stage_under_seed_quotas_plans_the_registered_number_of_runs_over_candidate_seeds():
+    registered = _registration()
+    plain, _ = prereg.test_mode(registered, "warm")
+    mode, _ = prereg.test_mode(registered, "warm", seed_plan=quota.SEED_PLAN)
+    assert plain.seed_quotas == () and plain.seeds_for("grpo", ENV) == prereg.MAIN_SEEDS
+    assert mode.seeds_for("grpo", ENV) == tuple(range(15)) and mode.seeds_for("raft", ENV) == tuple(range(10))
+    strongest = registered["choices"][ENV]["strongest_baseline"]
+    main = {g["env"]: g["methods"] for g in mode.seed_quotas if g["quota"] == 10}
+    assert main == {ENV: list(dict.fromkeys(["r3l-oracle", "grpo", strongest]))}
+    others = [g["methods"] for g in mode.seed_quotas if g["quota"] == 5]
+    assert others == [["r3l-oracle", m] for m in mode.methods if m not in main[ENV]]
+    planned = {m: (plain.planned(m, ENV), mode.planned(m, ENV)) for m in mode.methods}
+    assert all(before == after for before, after in planned.values())  # the same number of runs is planned
+    assert grid.Mode.from_dict(dataclasses.asdict(mode)) == mode  # a saved report reads its quotas back
+    assert "until 10 seeds each finished" in mode.description
+
+
+def test_a_sweep_under_seed_quotas_substitutes_a_seed_left_to_another_kind(tmp_path):
+    quotas = ({"env": "corridor", "methods": ["r3l-oracle", "grpo"], "seeds": [0, 1, 2, 3], "quota": 2},)
+    mode = dataclasses.replace(MODE, seeds=(0, 1, 2, 3), seed_quotas=quotas)
+    runs = grid.build_grid(mode, tmp_path, envs={"corridor": grid.ENVS["textworld"]})
+    by = {(r.method_key, r.seed): r for r in runs}
+    carried = {by["r3l-oracle", 0].name: _carried(by["r3l-oracle", 0], "kind A")}  # kind A began seed 0
+    todo, elsewhere = kinds.split_by_kind([r for r in runs if r.name not in carried], runs, carried, "kind B")
+    mine, beyond = scheduler.within_quotas(mode, todo, runs, carried, "kind B")
+    assert [r.name for r in elsewhere] == [by["grpo", 0].name]
+    assert [(r.method_key, r.seed) for r in mine] == [(m, s) for s in (1, 2) for m in mode.methods]
+    assert [(r.method_key, r.seed) for r in beyond] == [(m, 3) for m in mode.methods]
+    # kind A makes its own seed first and counts it
+    todo_a, _ = kinds.split_by_kind([r for r in runs if r.name not in carried], runs, carried, "kind A")
+    mine_a, _ = scheduler.within_quotas(mode, todo_a, runs, carried, "kind A")
+    assert [(r.method_key, r.seed) for r in mine_a] == [("grpo", 0), ("r3l-oracle", 1), ("grpo", 1)]
+    # the page lists the groups' shortfalls, not every candidate seed
+    per_run = [{"env": "corridor", "method": m, "seed": 1, "finished": True, "stale": False} for m in mode.methods]
+    missing = aggregate.missing_cells(mode, per_run, {})
+    assert missing == [{"env": "corridor", "methods": ["r3l-oracle", "grpo"], "more": 1, "counted": [1]}]
+
+
+def test_declare_seeds_writes_the_amendment_once_and_only_before_any_run_it_admits(tmp_path, monkeypatch):
+    results, _, out, argv = _study(tmp_path, monkeypatch)
+    assert cli.main([*argv, "--declare-kind"]) == 0
+    run_dir = out / ENV / "raft" / "seed5"  # a run of a seed the registration did not plan for that cell
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "train/reward": 0.0}\n')
+    with pytest.raises(SystemExit, match=f"1 runs the seed quotas would admit were already made \\({ENV}/raft/seed5"):
+        cli.main([*argv, "--declare-seeds"])
+    (run_dir / "metrics.jsonl").unlink()  # not begun after all; seed 5 of a main cell is registered:
+    (out / ENV / "grpo" / "seed5").mkdir(parents=True)
+    (out / ENV / "grpo" / "seed5" / "metrics.jsonl").write_text('{"step": 1, "train/reward": 0.0}\n')
+    assert cli.main([*argv, "--declare-seeds", "--note", "Seeds 0-4 wait for another kind."]) == 0
+    written = amendments.read_amendments(results / amendments.AMENDMENTS_JSON)
+    assert [("kind" in a, "seeds" in a) for a in written] == [(True, False), (False, True)]
+    assert written[1]["seeds"] == quota.SEED_PLAN and written[1]["rules"] == list(quota.SEED_RULES)
+    assert (
+        amendments.amendment_for(written, "kind B") == written[0] and amendments.seed_amendment(written) == written[1]
+    )
+    with pytest.raises(SystemExit, match="already declared"):
+        cli.main([*argv, "--declare-seeds"])
+    with pytest.raises(SystemExit):
+        cli.main([*argv, "--declare-seeds", "--declare-kind"])
+    parser = cli.build_parser()
+    mode, _ = cli.resolve_mode(parser.parse_args(argv), parser)
+    assert mode.seed_quotas and mode.planned("raft", ENV) == 5
+    page = "\n".join(prereg_page._amendments(written))
+    assert "**seed quotas**" in page and "candidates 0-14" in page and "Seeds 0-4 wait for another kind." in page
+    assert "Under every amendment admitting seed quotas:" in page and "admitting a CPU kind:" in page

@@ -449,12 +449,12 @@ def test_the_page_renders_the_pre_registered_study_from_a_synthetic_report(tmp_p
         "lr: set per cell",
         "greedy (temperature 0)",
         "**60 of 60 runs finished.**",
-        "#### Amendments: CPU kinds admitted besides the registered one",
+        "#### Amendments to the pre-registration",
         "1. Declared on 2026-11-27 13:00 UTC at commit `1111111111111111111111111111111111111111` by "
         "`python -m benchmarks.learning --mode prereg --declare-kind`, before any run",
         "CPU kind **kind B**, autocast `off`",
         "`loss_before` 2.2479419). A pilot ran there first.",
-        "Under every amendment: every run of an (env, seed) is made on one CPU kind.",
+        "Under every amendment admitting a CPU kind: every run of an (env, seed) is made on one CPU kind.",
         # per kind: R³L 0.40-0.44 on kind "test" (seeds 0-4), 0.45-0.49 on kind B; OPMD 0.216 and 0.22 there
         f"| `{ENV}` | R³L − OPMD | kind B | 5 | +0.250 |",
         f"| `{ENV}` | R³L − OPMD | test | 5 | +0.204 |",
