@@ -8,6 +8,7 @@ import pytest
 
 import r3l_envs
 from r3l_envs.errors import EngineError, ReplayDivergenceError, UnknownTaskError
+from r3l_envs.scienceworld import task_names
 
 pytestmark = pytest.mark.java
 
@@ -163,34 +164,38 @@ def test_admissible_actions_kwarg_fills_info_on_every_step():
         assert env.step(action) == expected  # the admissible lists are reproduced after a replay restore
 
 
-@pytest.mark.slow
-def test_gold_path_wins_every_task_type():
-    """One variation of each of the 30 task types (from the test split), played along its gold path.
-
-    Each is played again through ``PythonInterface.step`` (no step helper): the transcripts must be identical.
-    """
-    # some gold paths (mendelian genetics, inclined planes) are longer than the default 100-step limit
+@pytest.fixture(scope="module")
+def gold_envs():
+    """Two envs on the test split (one JVM each): one stepping through the step helper, one through
+    ``PythonInterface.step``. Some gold paths (mendelian genetics, inclined planes) are longer than the default
+    100-step limit."""
     with (
         gym.make("r3l/ScienceWorld-v0", split="test", max_episode_steps=250) as env,
         gym.make("r3l/ScienceWorld-v0", split="test", max_episode_steps=250) as plain,
     ):
         plain.unwrapped.jvm.step_helper = False
-        ids = env.unwrapped.task_ids
-        first = {}
-        for task_id in ids:
-            first.setdefault(task_id.split("/")[0], task_id)
-        assert len(first) == 30
-        failures, differences = [], []
-        for task_id in first.values():
-            env.reset(options={"task_id": task_id})
-            gold = env.unwrapped.gold_actions()
-            steps = _play(env, gold)
-            _, _, terminated, score, won = steps[-1]
-            if not (terminated and won and score == 1.0) or sum(s[1] for s in steps) != pytest.approx(1.0):
-                failures.append((task_id, score, won))
-            plain.reset(options={"task_id": task_id})
-            if _play(plain, gold) != steps:
-                differences.append(task_id)
-        assert env.unwrapped.jvm.uses_step_helper and not plain.unwrapped.jvm.uses_step_helper
-        assert not failures
-        assert not differences
+        yield env, plain
+
+
+def test_there_are_30_task_types():
+    assert len(set(task_names())) == 30
+
+
+# one case per task type, so that parallel workers share the 30 gold paths (~3 minutes played in one test)
+@pytest.mark.slow
+@pytest.mark.parametrize("task", task_names())
+def test_gold_path_wins_every_task_type(gold_envs, task):
+    """The first test-split variation of each task type, played along its gold path, wins with full score and
+    rewards summing to 1; played again through ``PythonInterface.step`` (no step helper), the transcript is the
+    same."""
+    env, plain = gold_envs
+    task_id = next(i for i in env.unwrapped.task_ids if i.split("/")[0] == task)
+    env.reset(options={"task_id": task_id})
+    gold = env.unwrapped.gold_actions()
+    steps = _play(env, gold)
+    _, _, terminated, score, won = steps[-1]
+    assert terminated and won and score == 1.0, (task_id, score, won)
+    assert sum(s[1] for s in steps) == pytest.approx(1.0)
+    plain.reset(options={"task_id": task_id})
+    assert _play(plain, gold) == steps
+    assert env.unwrapped.jvm.uses_step_helper and not plain.unwrapped.jvm.uses_step_helper
