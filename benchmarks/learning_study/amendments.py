@@ -26,10 +26,12 @@ __all__ = [
     "RULES",
     "amended",
     "amendment_for",
+    "declaration",
     "declare",
     "kind_amendments",
     "seed_amendment",
     "read_amendments",
+    "refuse_runs_made",
     "beyond_rounding",
 ]
 
@@ -102,6 +104,25 @@ def beyond_rounding(registered: Mapping[str, Any] | None, rebuilt: Mapping[str, 
     return sorted(k for k in keys - ROUNDING_FIELDS if registered.get(k) != rebuilt.get(k))
 
 
+def declaration(command: str, commit: Mapping[str, Any], date: str, note: str | None = None) -> dict[str, Any]:
+    """What every amendment records of its declaration: the date, the git commit (:func:`prereg.git_commit`), the
+    command, and the note, where given: what else a reader should know (e.g. a pilot made outside the study)."""
+    return {"date": date, **dict(commit), "command": command, **({"note": note} if note else {})}
+
+
+def refuse_runs_made(made: Sequence[str], what: str) -> None:
+    """Refuse an amendment where runs it admits (``made``, named ``what``) were already made.
+
+    Raises:
+        ValueError: ``made`` is not empty.
+    """
+    if made:
+        names = ", ".join(made[:3]) + (", ..." if len(made) > 3 else "")
+        raise ValueError(
+            f"{len(made)} {what} were already made ({names}): an amendment must precede every run it admits"
+        )
+
+
 def declare(
     prereg: Mapping[str, Any],
     amendments: Sequence[Mapping[str, Any]],
@@ -110,10 +131,7 @@ def declare(
     autocast: str,
     warmup: Mapping[str, Any] | None,
     runs_made_here: Sequence[str],
-    command: str,
-    commit: Mapping[str, Any],
-    date: str,
-    note: str | None = None,
+    declared: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The amendment admitting ``kind`` (append it to ``amendments`` and commit it before any run here).
 
@@ -122,7 +140,7 @@ def declare(
         autocast: the autocast the study's cells resolve to here.
         warmup: this machine's start model's ``warmup.json``.
         runs_made_here: the test-stage runs already made on this kind (any refuses: an amendment precedes them).
-        note: what else a reader should know of the declaration (e.g. a pilot made on the kind outside the study).
+        declared: its :func:`declaration`.
 
     Raises:
         ValueError: the kind is the registered one or already admitted, runs were made here, or the start model is
@@ -132,11 +150,7 @@ def declare(
         raise ValueError(f"this CPU ({kind}) runs the registered settings and start model: nothing to amend")
     if amendment_for(amendments, kind) is not None:
         raise ValueError(f"CPU kind {kind!r} is already admitted by an amendment")
-    if runs_made_here:
-        raise ValueError(
-            f"{len(runs_made_here)} test-stage runs were already made on this kind ({', '.join(runs_made_here[:3])}"
-            f"{', ...' if len(runs_made_here) > 3 else ''}): an amendment must precede every run it admits"
-        )
+    refuse_runs_made(runs_made_here, "test-stage runs on this kind")
     differ = beyond_rounding(prereg.get("warmup"), warmup)
     if differ:
         raise ValueError(
@@ -148,9 +162,6 @@ def declare(
         "kind": kind,
         "autocast": autocast,
         "warmup": dict(warmup or {}),
-        "date": date,
-        **dict(commit),
-        "command": command,
+        **dict(declared),
         "rules": list(RULES),
-        **({"note": note} if note else {}),
     }

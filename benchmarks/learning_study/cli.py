@@ -42,7 +42,7 @@ import logging
 import shlex
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ from r3l_learn.policies.device import cpu_kind
 
 from . import BENCHMARKS, ROOT, quota
 from .aggregate import aggregate
-from .amendments import AMENDMENTS_JSON, declare, kind_amendments, read_amendments, seed_amendment
+from .amendments import AMENDMENTS_JSON, declaration, declare, kind_amendments, read_amendments, seed_amendment
 from .child import register_setup
 from .grid import CPU_AUTOCAST, ENVS, METHODS, MODES, Method, Mode, Run, build_grid, run_name
 from .prereg import (
@@ -180,26 +180,41 @@ def declare_kind(args: argparse.Namespace, command: str) -> None:
     registered, amendments = read_registration(args.results_dir)
     kind = cpu_kind()
     made = [run_name(*r) for r in runs_made(args, kind)]
-    try:
-        amendment = declare(
+    path = append_amendment(
+        args,
+        amendments,
+        lambda declared: declare(
             registered,
             amendments,
             kind=kind,
             autocast=CPU_AUTOCAST,
             warmup=read_warmup(args.model),
             runs_made_here=made,
-            command=command,
-            commit=git_commit(),
-            date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            note=args.note,
-        )
+            declared=declared,
+        ),
+        command,
+    )
+    logger.info(
+        "%s: CPU kind %r admitted (autocast %s); commit it before the test stage runs here", path, kind, CPU_AUTOCAST
+    )
+
+
+def append_amendment(
+    args: argparse.Namespace,
+    amendments: list[dict[str, Any]],
+    make: Callable[[dict[str, Any]], dict[str, Any]],
+    command: str,
+) -> Path:
+    """Make an amendment (``make``, given its :func:`~benchmarks.learning_study.amendments.declaration`; a
+    refusal exits with its reason) and append it to ``RESULTS_DIR/prereg-amendments.json``; returns that path."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    try:
+        amendment = make(declaration(command, git_commit(), now, args.note))
     except ValueError as err:
         raise SystemExit(str(err)) from None
     path = args.results_dir / AMENDMENTS_JSON
     path.write_text(json.dumps([*amendments, amendment], indent=2) + "\n")
-    logger.info(
-        "%s: CPU kind %r admitted (autocast %s); commit it before the test stage runs here", path, kind, CPU_AUTOCAST
-    )
+    return path
 
 
 def runs_made(args: argparse.Namespace, kind: str | None = None) -> list[tuple[str, str, int]]:
@@ -223,21 +238,13 @@ def declare_seeds(args: argparse.Namespace, command: str) -> None:
     (refused where quotas are declared already, or where runs of seeds only the quotas admit were made, on any
     kind)."""
     registered, amendments = read_registration(args.results_dir)
-    main = main_methods(registered)
-    admitted = quota.runs_admitted(runs_made(args), main, registered["settings"]["test"])
-    try:
-        amendment = quota.declare_seeds(
-            amendments,
-            admitted_made=admitted,
-            command=command,
-            commit=git_commit(),
-            date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            note=args.note,
-        )
-    except ValueError as err:
-        raise SystemExit(str(err)) from None
-    path = args.results_dir / AMENDMENTS_JSON
-    path.write_text(json.dumps([*amendments, amendment], indent=2) + "\n")
+    admitted = quota.runs_admitted(runs_made(args), main_methods(registered), registered["settings"]["test"])
+    path = append_amendment(
+        args,
+        amendments,
+        lambda declared: quota.declare_seeds(amendments, admitted_made=admitted, declared=declared),
+        command,
+    )
     logger.info("%s: seed quotas declared; commit it before the test stage runs again", path)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from .amendments import refuse_runs_made, seed_amendment
 from .grid import run_name
 
 __all__ = [
@@ -134,34 +135,18 @@ def runs_admitted(
 
 
 def declare_seeds(
-    amendments: Sequence[Mapping[str, Any]],
-    *,
-    admitted_made: Sequence[str],
-    command: str,
-    commit: Mapping[str, Any],
-    date: str,
-    note: str | None = None,
+    amendments: Sequence[Mapping[str, Any]], *, admitted_made: Sequence[str], declared: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The amendment replacing the registered seeds by seed quotas (:data:`SEED_PLAN` under :data:`SEED_RULES`).
 
     Args:
         admitted_made: the runs already made that only the quotas admit (:func:`runs_admitted`; any refuses).
+        declared: its :func:`~benchmarks.learning_study.amendments.declaration`.
 
     Raises:
         ValueError: seed quotas are already declared, or runs they admit were made before.
     """
-    if any("seeds" in a for a in amendments):
+    if seed_amendment(amendments) is not None:
         raise ValueError("seed quotas are already declared by an amendment")
-    if admitted_made:
-        raise ValueError(
-            f"{len(admitted_made)} runs the seed quotas would admit were already made ({', '.join(admitted_made[:3])}"
-            f"{', ...' if len(admitted_made) > 3 else ''}): an amendment must precede every run it admits"
-        )
-    return {
-        "seeds": {k: dict(v) for k, v in SEED_PLAN.items()},
-        "date": date,
-        **dict(commit),
-        "command": command,
-        "rules": list(SEED_RULES),
-        **({"note": note} if note else {}),
-    }
+    refuse_runs_made(admitted_made, "runs the seed quotas would admit")
+    return {"seeds": {k: dict(v) for k, v in SEED_PLAN.items()}, **dict(declared), "rules": list(SEED_RULES)}

@@ -49,9 +49,7 @@ def _declare(registered, admitted=(), **changes):
         autocast="off",
         warmup=REBUILT_WARMUP,
         runs_made_here=[],
-        command="declare",
-        commit={"commit": "1" * 40},
-        date="2026-11-27",
+        declared=amendments.declaration("declare", {"commit": "1" * 40}, "2026-11-27"),
     )
     return amendments.declare(registered, list(admitted), **{**args, **changes})
 
@@ -65,7 +63,7 @@ def test_a_declaration_admits_a_rebuild_of_the_registered_recipe_before_any_run_
         _declare(registered, autocast="bf16-elsewhere", warmup=REGISTERED_WARMUP)
     with pytest.raises(ValueError, match="already admitted"):
         _declare(registered, admitted=[made])
-    with pytest.raises(ValueError, match="2 test-stage runs were already made"):
+    with pytest.raises(ValueError, match="2 test-stage runs on this kind were already made"):
         _declare(registered, runs_made_here=["th/r3l/seed5", "th/grpo/seed5"])
     with pytest.raises(ValueError, match="differs from the registered one in examples"):
         _declare(registered, warmup={**REBUILT_WARMUP, "examples": 52})
@@ -126,7 +124,7 @@ def test_a_declaration_after_runs_on_this_kind_is_refused(tmp_path, monkeypatch)
     run_dir = out / ENV / "grpo" / "seed5"
     run_dir.mkdir(parents=True)
     (run_dir / "metrics.jsonl").write_text('{"step": 1, "train/reward": 0.0}\n')
-    with pytest.raises(SystemExit, match=f"1 test-stage runs were already made on this kind \\({ENV}/grpo/seed5\\)"):
+    with pytest.raises(SystemExit, match=f"1 test-stage runs on this kind were already made \\({ENV}/grpo/seed5\\)"):
         cli.main([*argv, "--declare-kind"])
     assert not (results / amendments.AMENDMENTS_JSON).exists()
 
