@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
@@ -172,6 +172,9 @@ def _rows(draw) -> list[list[int]]:
 @pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=_rows(), min_shared=st.integers(1, 6), levels=st.sampled_from([None, 1, 2]), seed=st.integers(0, 99))
+# every row reads one token: its attention weight is 1 whatever the queries and keys, whose gradients are then 0 up
+# to rounding (~1e-17 here)
+@example(rows=[[3, 4], [5, 6], [5, 6]], min_shared=1, levels=None, seed=0)
 def test_any_tree_gives_the_unshared_values_and_gradients(rows, min_shared, levels, seed):
     model = _float64_model()
     ids, attn = _batch(rows)
@@ -181,6 +184,9 @@ def test_any_tree_gives_the_unshared_values_and_gradients(rows, min_shared, leve
     plain, plain_grads, _ = _run(model, ids, attn, wanted, min_shared_prefix=0)
     torch.testing.assert_close(tree, plain, rtol=1e-6, atol=1e-6)
     assert tree_grads.keys() == plain_grads.keys()
+    top = max(float(g.abs().max()) for g in plain_grads.values())
     for name, grad in plain_grads.items():
-        scale = float(grad.abs().max())
+        # relative to the parameter's own gradient, but not below rounding of the largest: a gradient that is 0 in
+        # exact arithmetic is noise in both passes, and noise relative to itself differs by its own size
+        scale = max(float(grad.abs().max()), 1e-9 * top)
         torch.testing.assert_close(tree_grads[name], grad, rtol=1e-6, atol=1e-6 * scale, msg=name)
