@@ -347,8 +347,8 @@ def missing_cells(mode: Mode, per_run: Sequence[dict[str, Any]], cells: dict[str
         for g in mode.seed_quotas:
             more = quota.shortfall(g, finished)
             if more:
-                out.append({"env": g["env"], "methods": g["methods"], "more": more})
-                out[-1]["counted"] = quota.counted_seeds(g, finished)
+                counted = quota.counted_seeds(g, finished)
+                out.append({"env": g["env"], "methods": g["methods"], "more": more, "counted": counted})
         return out
     for env in mode.envs:
         for method in (m for m in mode.methods if mode.runs_on(m, env)):
