@@ -67,7 +67,11 @@ def prereg_data(data: dict[str, Any], mode: Mode, methods: dict[str, Method]) ->
         pair = families["main"][f"{ref}|{strongest}"]
         judged = verdict(pair, mechanism[ref], baseline=label, thresholds=thresholds, planned=planned)
         by_kind = _by_kind(cells, runs, env, ref, main)
-        out[env] = {**families, "strongest": strongest, "mechanism": mechanism, "verdict": judged, "by_kind": by_kind}
+        per_seed = _per_seed(runs, [ref, *main])
+        out[env] = {
+            **families, "strongest": strongest, "mechanism": mechanism, "verdict": judged, "by_kind": by_kind,
+            "per_seed": per_seed,
+        }  # fmt: skip
     return {"envs": out, "thresholds": thresholds}
 
 
@@ -90,10 +94,31 @@ def _by_kind(
     return out
 
 
+def _per_seed(runs: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[int, dict[str, Any]]]:
+    """Per method and seed of ``runs``: the CPU kind, held-out success, how many of the held-out episodes ended at
+    the turn limit, and (for runs that reflect and retry) the run's pooled mechanism: what a reader needs to see
+    which seeds failed and how, beside the pooled tables."""
+    out: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in methods}
+    for run in runs:
+        if run["method"] not in methods:
+            continue
+        detail = run.get("eval_after_detail") or {}
+        mechanism = pooled([run]) if run.get("mechanism") else {}
+        out[run["method"]][int(run["seed"])] = {
+            "kind": run.get("machine"),
+            "success": (run.get("after") or {}).get("success"),
+            "turn_limit": (detail.get("stop_reasons") or {}).get("max_turns", 0) if detail else None,
+            "episodes": detail.get("episodes"),
+            "rescue_rate": mechanism.get("rescue_rate"),
+            "retry_loss_share": mechanism.get("retry_loss_share"),
+        }
+    return out
+
+
 def render_prereg(data: dict[str, Any], mode: Mode, methods: dict[str, Method], page_dir: Path) -> list[str]:
     """The section of either stage: the valid stage's table and choices, or the registered settings followed by
-    one table of R³L against the strongest baseline and GRPO on every env, the ablations in the paper's shape, the
-    mechanism per env and the verdicts."""
+    one table of R³L against the strongest baseline and GRPO on every env (pooled, per CPU kind and per seed), the
+    ablations in the paper's shape, the mechanism per env and the verdicts."""
     if mode.name == VALID:
         return _valid_stage(data, mode)
     md = _registered(data.get("prereg"), data.get("warmup"), mode)
@@ -106,6 +131,7 @@ def render_prereg(data: dict[str, Any], mode: Mode, methods: dict[str, Method], 
     md += ["", "### R³L against the strongest baseline and GRPO: held-out success after training", ""]
     md += _main_table(found, cells, ref, methods)
     md += _kind_table(found, methods)
+    md += _per_seed_tables(found, ref, methods)
     md += ["", "### R³L's ablations, the privilege control and the other baselines (the paper's shape)", ""]
     md += _paper_table(found, cells, ref, methods)
     md += ["", "### The mechanism per training step", "", _mechanism_intro(results["thresholds"])]
@@ -299,6 +325,45 @@ def _kind_table(found: dict[str, Any], methods: dict[str, Method]) -> list[str]:
         "registered."
     )
     return ["", intro, "", *table(["env", "comparison", "CPU kind", "n", "mean Δ", "95 % CI"], rows)]
+
+
+def _per_seed_tables(found: dict[str, Any], ref: str, methods: dict[str, Method]) -> list[str]:
+    """Per env, one row per seed of the main comparison: each method's held-out success and episodes at the turn
+    limit, and R³L's rescue rate and retry share of the loss in that run (descriptive, not a registered test)."""
+    md = []
+    for env, f in found.items():
+        per_seed = {m: {int(s): r for s, r in by_seed.items()} for m, by_seed in (f.get("per_seed") or {}).items()}
+        others = [m for m in per_seed if m != ref]
+        seeds = sorted({s for by_seed in per_seed.values() for s in by_seed})
+        if not per_seed.get(ref):
+            continue
+        rows = []
+        for seed in seeds:
+            mine = per_seed[ref].get(seed) or {}
+            kind = next((r["kind"] for r in (mine, *(per_seed[m].get(seed) or {} for m in others)) if r), None)
+            row = [str(seed), str(kind or "—").split(" (")[0], *_seed_cells(mine)]
+            row += [num(mine.get("rescue_rate")), num(mine.get("retry_loss_share"))]
+            for m in others:
+                row += _seed_cells(per_seed[m].get(seed) or {})
+            rows.append(row)
+        header = ["seed", "CPU kind", "R³L success", "R³L at the turn limit", "R³L rescued ÷ all-failed"]
+        header += ["R³L retry share of the loss"]
+        header += [x for m in others for x in (f"{methods[m].label} success", f"{methods[m].label} at the turn limit")]
+        md += ["", f"`{env}` per seed (held-out episodes that ended at the turn limit count as failures):", ""]
+        md += table(header, rows)
+    if md:
+        intro = (
+            "Per seed, what the pooled numbers above hide: which seeds failed, and whether their policy stopped "
+            "finishing episodes. Descriptive; the registered test is the table above."
+        )
+        md = ["", intro, *md]
+    return md
+
+
+def _seed_cells(run: dict[str, Any]) -> list[str]:
+    """Held-out success and ``k of n`` episodes at the turn limit of one run (dashes where it did not finish)."""
+    limit = "—" if run.get("turn_limit") is None else f"{run['turn_limit']} of {run.get('episodes')}"
+    return [num(run.get("success")), limit]
 
 
 def _paper_table(found: dict[str, Any], cells: dict[str, Any], ref: str, methods: dict[str, Method]) -> list[str]:

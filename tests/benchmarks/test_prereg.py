@@ -392,6 +392,9 @@ def test_the_page_renders_the_pre_registered_study_from_a_synthetic_report(tmp_p
             # seeds 5-9 made on a CPU kind an amendment admits (every method of a seed on one kind)
             kind = {"machine": "kind B", "wall_s": 4500.0} if seed >= 5 else {"wall_s": 1800.0}
             runs.append({**_summary(ENV, m, seed, success, mech), **kind})
+            if seed == 9:  # one seed whose held-out episodes are told apart by how they ended
+                detail = {"episodes": 200, "mean_turns": 7.0, "parse_error_rate": 0.0}
+                runs[-1]["eval_after_detail"] = {**detail, "stop_reasons": {"max_turns": 150, "terminated": 50}}
     cells = {f"{m}|{ENV}": aggregate.cell_summary([r for r in runs if r["method"] == m]) for m in mode.methods}
     amendment = {
         "kind": "kind B", "autocast": "off", "warmup": {"loss_before": 2.2479419}, "date": "2026-11-27 13:00 UTC",
@@ -462,6 +465,12 @@ def test_the_page_renders_the_pre_registered_study_from_a_synthetic_report(tmp_p
         "### Cost per trajectory (CPU seconds, pooled over finished seeds), per CPU kind",
         f"| {ENV} | R³L (oracle) | kind B | — | — | — | — | 75.0 |",
         f"| {ENV} | R³L (oracle) | test | — | — | — | — | 30.0 |",
+        # per seed: success and turn-limit episodes of R³L, OPMD and GRPO, with R³L's rescue rate and loss share
+        f"`{ENV}` per seed (held-out episodes that ended at the turn limit count as failures):",
+        "| seed | CPU kind | R³L success | R³L at the turn limit | R³L rescued ÷ all-failed | R³L retry share of the "
+        "loss | OPMD success | OPMD at the turn limit | GRPO success | GRPO at the turn limit |",
+        "| 0 | test | 0.400 | — | 0.000 | 0.300 | 0.200 | — | 0.200 | — |",
+        "| 9 | kind B | 0.490 | 150 of 200 | 0.000 | 0.300 | 0.200 | 150 of 200 | 0.200 | 150 of 200 |",
     ):
         assert text in page, text
     order = ("### Pre-registration", "### R³L against the strongest", "### Verdict", "### How the runs were made")
