@@ -333,10 +333,10 @@ def _per_seed_tables(found: dict[str, Any], ref: str, methods: dict[str, Method]
     md = []
     for env, f in found.items():
         per_seed = {m: {int(s): r for s, r in by_seed.items()} for m, by_seed in (f.get("per_seed") or {}).items()}
-        others = [m for m in per_seed if m != ref]
-        seeds = sorted({s for by_seed in per_seed.values() for s in by_seed})
         if not per_seed.get(ref):
             continue
+        others = [m for m in per_seed if m != ref]
+        seeds = sorted({s for by_seed in per_seed.values() for s in by_seed})
         rows = []
         for seed in seeds:
             mine = per_seed[ref].get(seed) or {}
