@@ -103,7 +103,7 @@ def _per_seed(runs: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[
         if run["method"] not in methods:
             continue
         detail = run.get("eval_after_detail") or {}
-        mechanism = pooled([run]) if run.get("mechanism") else {}
+        mechanism = pooled([run])  # its shares are None for a run that does not reflect and retry
         out[run["method"]][int(run["seed"])] = {
             "kind": run.get("machine"),
             "success": (run.get("after") or {}).get("success"),
@@ -339,13 +339,11 @@ def _per_seed_tables(found: dict[str, Any], ref: str, methods: dict[str, Method]
         seeds = sorted({s for by_seed in per_seed.values() for s in by_seed})
         rows = []
         for seed in seeds:
-            mine = per_seed[ref].get(seed) or {}
-            kind = next((r["kind"] for r in (mine, *(per_seed[m].get(seed) or {} for m in others)) if r), None)
+            mine, *theirs = (per_seed[m].get(seed) or {} for m in (ref, *others))
+            kind = next((r["kind"] for r in (mine, *theirs) if r), None)  # every run of a seed is of one kind
             row = [str(seed), str(kind or "—").split(" (")[0], *_seed_cells(mine)]
             row += [num(mine.get("rescue_rate")), num(mine.get("retry_loss_share"))]
-            for m in others:
-                row += _seed_cells(per_seed[m].get(seed) or {})
-            rows.append(row)
+            rows.append(row + [cell for run in theirs for cell in _seed_cells(run)])
         header = ["seed", "CPU kind", "R³L success", "R³L at the turn limit", "R³L rescued ÷ all-failed"]
         header += ["R³L retry share of the loss"]
         header += [x for m in others for x in (f"{methods[m].label} success", f"{methods[m].label} at the turn limit")]
