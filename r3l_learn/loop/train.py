@@ -562,7 +562,9 @@ def _eval_seed(config: TrainConfig) -> int:
 def _eval(run: _Run, step: int) -> EvalSummary:
     """The held-out eval at ``step``, logged. Its finished batches are kept under ``OUT/evals/`` until it is
     complete, so a run interrupted in an eval resumes it where it stopped (exactly: see
-    :mod:`r3l_learn.loop.eval_resume`); its wall and CPU seconds then count the earlier attempt's batches too."""
+    :mod:`r3l_learn.loop.eval_resume`); its wall and CPU seconds then count the earlier attempt's batches too.
+    Its episodes are written to ``OUT/evals/step-NNNNNN.jsonl`` (``r3l show`` reads them), so what a trained policy
+    does on held-out tasks can be read after the run, not only its success rate."""
     config = run.config
     wall, cpu = time.perf_counter(), time.process_time()
     when = "before training" if step == 0 else f"after step {step}" if step < config.steps else "after training"
@@ -577,6 +579,7 @@ def _eval(run: _Run, step: int) -> EvalSummary:
         env_kwargs=config.env_kwargs,
         progress=config.progress,
         desc=f"eval {when}",
+        out=run.out / "evals" / f"step-{step:06d}.jsonl",
         resume=run.out / "evals" / f"step-{step:06d}",
         resume_key=weights_key(run.model),
     )

@@ -12,6 +12,7 @@ from r3l_learn.loop.checkpoints import latest_checkpoint, load_checkpoint
 from r3l_learn.loop.metrics import read_metrics
 from r3l_learn.loop.train import TrainConfig, TrainingDivergedError, train
 from r3l_learn.policies.models import tiny_model
+from wrappers import load_jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -236,6 +237,11 @@ def test_resume_makes_the_periodic_eval_an_interruption_skipped(tmp_path):
 def test_a_run_stopped_before_its_final_eval_makes_it_on_resume(tmp_path):
     config = _config(tmp_path, steps=1, eval_episodes=2, eval_batch_size=2)
     done = train(config)
+    # each eval's held-out episodes are kept, and they are the ones its summary counts
+    played = list(load_jsonl(tmp_path / "run" / "evals" / "step-000001.jsonl"))
+    assert len(played) == 2 and len(list(load_jsonl(tmp_path / "run" / "evals" / "step-000000.jsonl"))) == 2
+    assert sum(t.won for t in played) / 2 == done.eval_after.success_rate
+    assert not (tmp_path / "run" / "evals" / "step-000001").exists()
     metrics = tmp_path / "run" / "metrics.jsonl"
     # as if stopped after the last step's checkpoint, before the final eval: drop that eval's record
     kept = [r for r in read_metrics(metrics) if not ("eval/success_rate" in r and r["step"] == 1)]
