@@ -568,6 +568,7 @@ def _eval(run: _Run, step: int) -> EvalSummary:
     config = run.config
     wall, cpu = time.perf_counter(), time.process_time()
     when = "before training" if step == 0 else f"after step {step}" if step < config.steps else "after training"
+    kept = run.out / "evals" / f"step-{step:06d}"  # the finished batches; the episodes go beside it as .jsonl
     summary, trajs = evaluate(
         config.env,
         run.player,
@@ -579,8 +580,8 @@ def _eval(run: _Run, step: int) -> EvalSummary:
         env_kwargs=config.env_kwargs,
         progress=config.progress,
         desc=f"eval {when}",
-        out=run.out / "evals" / f"step-{step:06d}.jsonl",
-        resume=run.out / "evals" / f"step-{step:06d}",
+        out=kept.with_suffix(".jsonl"),
+        resume=kept,
         resume_key=weights_key(run.model),
     )
     metrics = {"eval/success_rate": summary.success_rate, "eval/mean_score": summary.mean_score}
