@@ -7,6 +7,8 @@ import json
 import math
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -219,6 +221,29 @@ def test_a_sweep_interrupted_by_hand_says_so(tmp_path):
     assert [o.status for o in sweep.run(runs)] == ["interrupted"] + ["not-started"] * (len(runs) - 1)
     assert sweep.stopped_by == "interrupt"
     assert scheduler.stop_cause("interrupt", time_budget_min=60) == "an interrupt (Ctrl-C or SIGINT)"
+
+
+def test_an_interrupted_run_gets_time_to_finish_its_update_and_save(tmp_path):
+    """The learner defers Ctrl-C past the update in flight, then checkpoints: the grace before the kill grows with
+    the run's own longest update, and a run that stops within it is not killed."""
+    assert scheduler.grace_s(tmp_path) == scheduler.MIN_GRACE_S  # nothing measured yet
+    records = [{"step": 1, "speed/update_s": 191.0}, {"step": 2, "speed/update_s": 150.0}, {"step": 2, "eval/x": 1}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert scheduler.grace_s(tmp_path) == 2 * 191.0 + 60.0
+
+    # a run that needs a moment after its SIGINT (a deferred update, then a save) and exits on its own
+    child = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGINT, lambda *a: (time.sleep(1), sys.exit(3)))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"  # its handler is set
+    past_the_budget = scheduler.Sweep(jobs=1, deadline=time.monotonic() - 1)
+    assert past_the_budget._wait(proc, time.monotonic(), tmp_path)  # interrupted...
+    assert proc.returncode == 3  # ...and left to stop itself, not killed
+    proc.stdout.close()
 
 
 @pytest.mark.slow
