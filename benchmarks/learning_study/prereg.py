@@ -305,9 +305,18 @@ def check_registered(
         whose = f"the start model its amendment admits on {kind}" if amendment else "the pre-registered model"
         problems.append(
             f"the start model {model}'s warmup.json differs from {whose}'s ({detail}; a rebuild is bit for bit only "
-            "on a CPU of the kind that made the recorded one)"
+            f"on a CPU of the kind that made the recorded one){rebuild_hint(expected.get('warmup'), model)}"
         )
     return problems
+
+
+def rebuild_hint(warmup: dict[str, Any] | None, model: str) -> str:
+    """``"; rebuild it ... with `r3l warmup ...`"`` for a ``warmup.json`` record that names its recipe, else ``""``."""
+    if not (isinstance(warmup, dict) and {"env_id", "model", "settings"} <= warmup.keys()):
+        return ""
+    from r3l_learn.cli.warmup_args import rebuild_command
+
+    return f"; rebuild it into an empty folder with `{rebuild_command(warmup, model)}`"
 
 
 def differences(registered: Any, now: Any) -> str:

@@ -222,6 +222,10 @@ def _registered(registered: dict[str, Any] | None, warmup: dict[str, Any] | None
             f"`{warmup.get('env_kwargs')}` ({warmup.get('split')} split; {what}; final loss "
             f"{num(warmup.get('final_loss'), 4)}); the whole record is in this report's JSON."
         )
+        if {"env_id", "model", "settings"} <= warmup.keys():
+            from r3l_learn.cli.warmup_args import rebuild_command  # imports torch: only for a page that needs it
+
+            md[-1] += f" Rebuilt by `{rebuild_command(warmup, mode.model)}` (every setting given: not the defaults)."
     else:
         md[-1] += " It has no `warmup.json` (not a start model made by `r3l warmup`)."
     return md

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from r3l_learn.cli.args import BooleanFlag
+from r3l_learn.cli.args import BooleanFlag, key_value
 from r3l_learn.loop.config import ACTION_MODES
 from r3l_learn.loop.progress import progress_default
 from r3l_learn.loop.warmup import WarmupConfig, warmup
 from r3l_learn.policies.models import DEFAULT_MODEL
 
-__all__ = ["add_warmup_arguments", "run_warmup_cli"]
+__all__ = ["add_warmup_arguments", "rebuild_command", "run_warmup_cli"]
 
 
 def add_warmup_arguments(parser: Any) -> None:
@@ -44,6 +46,7 @@ def add_warmup_arguments(parser: Any) -> None:
         default=d.unguided,
         help="also train each pivot turn without guidance on the action the base chose (an anchor)",
     )
+    add("--grad-clip", type=float, default=d.grad_clip, help="the gradient norm is clipped to this")
     add("--device", default="cpu", help='"cpu" or "cuda[:i]"')
     add(
         "--progress",
@@ -68,3 +71,31 @@ def run_warmup_cli(args: Any, env_kwargs: dict[str, Any]) -> int:
     )
     print(f"model: {args.out} (r3l train/eval --model {args.out}); record: {Path(args.out) / 'warmup.json'}")
     return 0
+
+
+def rebuild_command(record: Mapping[str, Any], out: str | Path) -> str:
+    """The ``r3l warmup`` command that replays the recipe a ``warmup.json`` records (``record``) into the new folder
+    ``out``, as one shell line.
+
+    Every setting is spelled out, defaults included: a recipe is seldom the defaults (a start model warmed up with
+    ``--epochs 3 --lr 2e-5`` is not rebuilt by the defaults' 2 epochs at 1e-5), and defaults may change. The one
+    exception is ``max_turns=None`` (the env's own limit), which has no spelling but the default. The rebuild is
+    bit for bit on a CPU of the kind that wrote the record; elsewhere its losses may differ in the last digits."""
+    words = ["r3l", "warmup", "--env", str(record["env_id"])]
+    if record.get("env_kwargs"):
+        words += ["--env-kwargs", *(_key_value_word(k, v) for k, v in record["env_kwargs"].items())]
+    words += ["--model", str(record["model"])]
+    for name, value in record["settings"].items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(flag if value else f"--no-{flag[2:]}")
+        elif value is not None:
+            words += [flag, str(value)]
+    return shlex.join([*words, "--out", str(out)])
+
+
+def _key_value_word(key: str, value: Any) -> str:
+    """``key=value`` that ``--env-kwargs`` parses back to ``value``: text stays bare unless it reads as a literal
+    (``"5"`` is written ``'5'``), anything else is written as its literal."""
+    bare = f"{key}={value}"
+    return bare if isinstance(value, str) and key_value(bare)[1] == value else f"{key}={value!r}"

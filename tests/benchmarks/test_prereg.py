@@ -137,6 +137,10 @@ def test_the_test_stage_refuses_what_differs_from_its_registration(tmp_path):
     rebuilt = {**registered, "warmup": {"lr": 2e-5, "final_loss": 0.25}}
     (warm / "warmup.json").write_text(json.dumps({"lr": 2e-5, "final_loss": 0.5}))
     assert any("final_loss: 0.25 -> 0.5" in p for p in prereg.check_registered(rebuilt, str(warm)))
+    # a record that names its recipe: the refusal gives the command that rebuilds it, every setting spelled out
+    recipe = {"env_id": "r3l/TextWorld-v0", "model": "m", "settings": {"epochs": 3, "lr": 2e-5}, "final_loss": 0.25}
+    hint = f"empty folder with `r3l warmup --env r3l/TextWorld-v0 --model m --epochs 3 --lr 2e-05 --out {warm}`"
+    assert any(hint in p for p in prereg.check_registered({**registered, "warmup": recipe}, str(warm)))
     path = tmp_path / "prereg.json"
     prereg.write_prereg(changed, path)
     with pytest.raises(SystemExit, match="not run what was pre-registered"):

@@ -2,12 +2,15 @@
 target, training on them lowers their loss, and ``r3l warmup`` writes a model folder that ``r3l eval`` loads."""
 
 import json
+import shlex
+from dataclasses import asdict
 
 import pytest
 
 pytest.importorskip("transformers")
 
-from r3l_learn.cli.main import main
+from r3l_learn.cli.main import build_parser, main
+from r3l_learn.cli.warmup_args import rebuild_command
 from r3l_learn.loop.evaluate import load_policy
 from r3l_learn.loop.warmup import (
     EXAMPLES_FILE,
@@ -152,3 +155,21 @@ def test_bad_requests_are_clear_errors(tmp_path):
     (tmp_path / "full" / "x").write_text("keep")
     with pytest.raises(WarmupError, match="not an empty folder"):
         warmup(TW, tmp_path / "full", policy=_fresh_policy(), env_kwargs=TW_KWARGS, progress=False)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [WarmupConfig(epochs=3, lr=2e-5, max_turns=8), WarmupConfig(unguided=True, plan="rest", max_turns=None), SMALL],
+)
+def test_the_rebuild_command_parses_back_to_the_recorded_recipe(config):
+    """What ``r3l warmup`` would run from the command a ``warmup.json`` prints: the same env, kwargs, model and
+    every setting, whatever the flags' defaults are (a recipe's 3 epochs at 2e-5 are not the defaults)."""
+    kwargs = {**TW_KWARGS, "note": "5", "name": "a b"}  # text that reads as a literal, and text with a space
+    record = {"env_id": TW, "env_kwargs": kwargs, "model": "smollm2-135m-instruct", "settings": asdict(config)}
+    words = shlex.split(rebuild_command(record, "/tmp/new folder"))
+    assert words[:2] == ["r3l", "warmup"]
+    args = build_parser("warmup").parse_args(words[1:])
+    assert (args.env, args.model, args.out) == (TW, "smollm2-135m-instruct", "/tmp/new folder")
+    assert dict(args.env_kwargs) == kwargs
+    parsed = {k: v for k, v in vars(args).items() if k in WarmupConfig.__dataclass_fields__}
+    assert WarmupConfig(**parsed) == config
