@@ -303,20 +303,23 @@ def check_registered(
     if expected.get("warmup") != warmup:
         detail = differences(expected.get("warmup"), warmup) if warmup else "it has none"
         whose = f"the start model its amendment admits on {kind}" if amendment else "the pre-registered model"
+        command = rebuild_command_for(expected.get("warmup"), model)
+        hint = f"; rebuild it into an empty folder with `{command}`" if command else ""
         problems.append(
             f"the start model {model}'s warmup.json differs from {whose}'s ({detail}; a rebuild is bit for bit only "
-            f"on a CPU of the kind that made the recorded one){rebuild_hint(expected.get('warmup'), model)}"
+            f"on a CPU of the kind that made the recorded one){hint}"
         )
     return problems
 
 
-def rebuild_hint(warmup: dict[str, Any] | None, model: str) -> str:
-    """``"; rebuild it ... with `r3l warmup ...`"`` for a ``warmup.json`` record that names its recipe, else ``""``."""
+def rebuild_command_for(warmup: dict[str, Any] | None, model: str) -> str | None:
+    """The ``r3l warmup`` line that rebuilds a ``warmup.json`` record into ``model``, or ``None`` for a record that
+    does not name its recipe (its env, starting model and settings)."""
     if not (isinstance(warmup, dict) and {"env_id", "model", "settings"} <= warmup.keys()):
-        return ""
-    from r3l_learn.cli.warmup_args import rebuild_command
+        return None
+    from r3l_learn.cli.warmup_args import rebuild_command  # imports torch: only where a record needs it
 
-    return f"; rebuild it into an empty folder with `{rebuild_command(warmup, model)}`"
+    return rebuild_command(warmup, model)
 
 
 def differences(registered: Any, now: Any) -> str:

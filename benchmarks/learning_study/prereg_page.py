@@ -13,7 +13,7 @@ from typing import Any
 from .fmt import count, interval, num, table
 from .grid import METHODS, Method, Mode, reference
 from .mechanism import LINKS, SHARES, THRESHOLDS, pooled, verdict
-from .prereg import ABLATIONS, LRS, TEST, TUNED, VALID, choose, valid_table
+from .prereg import ABLATIONS, LRS, TEST, TUNED, VALID, choose, rebuild_command_for, valid_table
 from .stats import paired, paired_family
 
 
@@ -222,10 +222,9 @@ def _registered(registered: dict[str, Any] | None, warmup: dict[str, Any] | None
             f"`{warmup.get('env_kwargs')}` ({warmup.get('split')} split; {what}; final loss "
             f"{num(warmup.get('final_loss'), 4)}); the whole record is in this report's JSON."
         )
-        if {"env_id", "model", "settings"} <= warmup.keys():
-            from r3l_learn.cli.warmup_args import rebuild_command  # imports torch: only for a page that needs it
-
-            md[-1] += f" Rebuilt by `{rebuild_command(warmup, mode.model)}` (every setting given: not the defaults)."
+        command = rebuild_command_for(warmup, mode.model)
+        if command:
+            md[-1] += f" Rebuilt by `{command}` (every setting given: not the defaults)."
     else:
         md[-1] += " It has no `warmup.json` (not a start model made by `r3l warmup`)."
     return md
