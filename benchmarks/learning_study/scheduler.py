@@ -1,11 +1,13 @@
 """Runs the cells of a grid that are not done yet, each in its own subprocess (:mod:`benchmarks.learning_study.child`),
 ``jobs`` at a time: a finished run is skipped, a checkpointed one resumed, so rerunning an interrupted sweep
 continues it; past the deadline the runs in flight are interrupted (they save a checkpoint) and no new one starts.
+Each step a run finishes is logged with its pace and expected end, with a warning where that is past the deadline.
 A start deadline stops new runs earlier and lets the runs in flight finish: on a machine wiped at the end of a
 session an interrupted run's checkpoint is lost, a finished run's summary is not. For the same reason a run that is
-not expected to finish before the deadline (judged from the committed runs of its env and method) is not started;
-a shorter one later in the order may still be. A run of an (env, seed) that a machine of another CPU kind began is
-left for such a machine (:mod:`benchmarks.learning_study.kinds`)."""
+not expected to finish before the deadline (judged from the committed runs of its env and method, and from its own
+pace once it has trained a step) is not started; a shorter one later in the order may still be. A run of an
+(env, seed) that a machine of another CPU kind began is left for such a machine
+(:mod:`benchmarks.learning_study.kinds`)."""
 
 from __future__ import annotations
 
@@ -76,26 +78,69 @@ def wall_estimator(saved: Mapping[str, Any] | None, kind: str | None = None) -> 
     not repeat (the eval before training that an env's first run on a machine makes for the others, its games'
     compilation, work lost to an interruption), and an AVX2 machine's first run, which held all three, would
     otherwise be expected to outlast any session. A run logged without the collection and update times counts
-    its wall time less its final eval as training."""
-    done: dict[tuple[str, str], list[tuple[float, float]]] = {}  # (training seconds, final-eval seconds) per run
+    its wall time less its final eval as training.
+
+    Once the run has trained a step of its own, its own pace (:func:`own_pace`) stands for the committed one, and
+    its final eval is scaled by the ratio of the collection times (an eval generates as a collection does), or of
+    the step times where the committed runs did not log theirs: machines of one kind differ twofold in speed."""
+    # (training seconds, final-eval seconds, collection seconds or None) per finished run
+    done: dict[tuple[str, str], list[tuple[float, float, float | None]]] = {}
     for s in (saved or {}).get("runs", []):
         if s.get("finished") and s.get("wall_s") and kind in (None, s.get("machine")):
             eval_s = min((s.get("eval_after_detail") or {}).get("seconds") or 0.0, s["wall_s"])
             measured = s.get("collect_s") is not None and s.get("update_s") is not None
             train_s = s["collect_s"] + s["update_s"] if measured else s["wall_s"] - eval_s
-            done.setdefault((s["env"], s["method"]), []).append((train_s, eval_s))
+            done.setdefault((s["env"], s["method"]), []).append((train_s, eval_s, s.get("collect_s")))
 
     def expected(run: Run) -> float | None:
         work = done.get((run.env_key, run.method_key))
         if not work:
             return None
         steps = run.config["steps"]
-        trained = max((r["step"] for r in metrics(run.run_dir) if "train/reward" in r), default=0)
-        train_s, eval_s = median(t for t, _ in work), median(e for _, e in work)
+        records = metrics(run.run_dir)
+        trained = steps_trained(records)
+        train_s, eval_s = median(w[0] for w in work), median(w[1] for w in work)
+        collect_s = median([w[2] for w in work if w[2]] or [0.0]) / steps
+        step_s = train_s / steps
+        own = own_pace(records)
+        if own is not None:  # this machine's pace, measured
+            eval_s *= own.collect_s / collect_s if collect_s else own.step_s / step_s
+            step_s = own.step_s
         before = eval_s if run.config.get("eval_before") and not trained else 0.0
-        return (before + train_s * max(steps - trained, 0) / steps + eval_s) * WALL_MARGIN
+        return (before + step_s * max(steps - trained, 0) + eval_s) * WALL_MARGIN
 
     return expected
+
+
+def steps_trained(records: Sequence[Mapping[str, Any]]) -> int:
+    """The last training step among a run's ``metrics.jsonl`` records (0 before the first)."""
+    return max((r["step"] for r in records if "train/reward" in r), default=0)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """A run's mean seconds per training step, and per collection (the generating part of a step)."""
+
+    step_s: float
+    collect_s: float
+
+
+def own_pace(records: Sequence[Mapping[str, Any]]) -> Pace | None:
+    """A run's pace, from its own ``metrics.jsonl`` records; ``None`` before its first step (or where its steps
+    were logged without times). The same cell ran at 6 min a step on one AVX2 machine and 14 on another, so a
+    run's own pace says more about its end than the committed runs do."""
+    timed = [
+        (r["speed/collect_s"], r["speed/update_s"])
+        for r in records
+        if isinstance(r.get("speed/collect_s"), (int, float)) and isinstance(r.get("speed/update_s"), (int, float))
+    ]
+    if not timed:
+        return None
+    return Pace(sum(c + u for c, u in timed) / len(timed), sum(c for c, _ in timed) / len(timed))
+
+
+#: how often a waiting run's ``metrics.jsonl`` is read for a new step to report
+PROGRESS_EVERY_S = 30.0
 
 
 class Sweep:
@@ -197,7 +242,7 @@ class Sweep:
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
             )
-            interrupted = self._wait(proc, start, run.run_dir)
+            interrupted = self._wait(proc, start, run)
         wall = time.monotonic() - start
         attempt = {
             "returncode": proc.returncode,
@@ -219,16 +264,41 @@ class Sweep:
             logger.warning("%s failed; the end of its log:\n%s", run.name, _tail(run.run_dir / "train.log"))
         return Outcome(run, outcome, wall, proc.returncode)
 
-    def _wait(self, proc: subprocess.Popen, start: float, run_dir: Path) -> bool:
-        """Wait for ``proc``; past the deadline or the run timeout, SIGINT it (the learner checkpoints) and
-        give it :func:`grace_s` before killing it. Returns whether it was interrupted."""
+    def _progress(self, run: Run, reported: int | None) -> int:
+        """Log the run's training steps past ``reported`` (``None``: the steps it resumes from are not news) with
+        its pace and when it is expected to end; warn where that is past the deadline, the hour it will be
+        interrupted, so the person at the machine can decide before then. Returns the last step trained."""
+        records = metrics(run.run_dir)
+        trained = steps_trained(records)
+        if reported is None or trained <= reported:
+            return trained
+        pace = own_pace(records)
+        left = self.expected(run) if self.expected else None
+        pace_text = f", {pace.step_s / 60:.1f} min a step" if pace is not None else ""
+        end_text = f"; expected to end in about {left / 60:.0f} min (by {_clock(left)})" if left is not None else ""
+        logger.info("%s: step %d of %d%s%s", run.name, trained, run.config["steps"], pace_text, end_text)
+        if left is not None and self.deadline is not None and time.monotonic() + left > self.deadline:
+            logger.warning(
+                "%s: at this pace it ends after the time budget, which interrupts it at %s",
+                run.name,
+                _clock(self.deadline - time.monotonic()),
+            )
+        return trained
+
+    def _wait(self, proc: subprocess.Popen, start: float, run: Run) -> bool:
+        """Wait for ``proc``, logging each training step it finishes (:meth:`_progress`); past the deadline or the
+        run timeout, SIGINT it (the learner checkpoints) and give it :func:`grace_s` before killing it. Returns
+        whether it was interrupted."""
         limits = [t for t in (self.deadline, start + self.run_timeout if self.run_timeout else None) if t]
+        reported, read_at = self._progress(run, None), time.monotonic()
         while True:
             try:
                 proc.wait(timeout=1.0)
                 return False
             except subprocess.TimeoutExpired:
                 pass
+            if time.monotonic() - read_at >= PROGRESS_EVERY_S:
+                reported, read_at = self._progress(run, reported), time.monotonic()
             if self._stop.is_set():
                 break
             if limits and time.monotonic() >= min(limits):
@@ -236,7 +306,7 @@ class Sweep:
                 break
         proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(timeout=grace_s(run_dir))
+            proc.wait(timeout=grace_s(run.run_dir))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -272,6 +342,11 @@ def stop_cause(
         "run timeout": f"a run's timeout ({run_timeout_min} min)",
         "no fit": f"its time budget ({time_budget_min} min): the runs left were not expected to finish within it",
     }[cause]
+
+
+def _clock(seconds_from_now: float) -> str:
+    """The local time of day ``seconds_from_now`` from now, as the log prints it."""
+    return time.strftime("%H:%M", time.localtime(time.time() + seconds_from_now))
 
 
 def _tail(path: Path, lines: int = 15) -> str:

@@ -206,6 +206,62 @@ def test_the_expected_wall_time_comes_from_the_committed_runs_of_the_same_env_an
     assert scheduler.wall_estimator({"runs": [r3l]})(making_the_eval_before) == pytest.approx(4500 * margin)
 
 
+def _write_metrics(run_dir, records):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _step(step, collect_s, update_s):
+    return {"step": step, "train/reward": 0.0, "speed/collect_s": collect_s, "speed/update_s": update_s}
+
+
+def test_a_run_that_has_trained_is_judged_by_its_own_pace(tmp_path):
+    """The committed runs set the pace until the run has a measured step of its own; from then its own mean step
+    time counts, and its final eval is scaled as its collection is (an eval generates as a collection does), or as
+    its steps are where the committed runs logged no collection time."""
+    run = next(
+        r for r in grid.build_grid(dataclasses.replace(MODE, steps=4), tmp_path, envs=ENVS) if r.method_key == "grpo"
+    )
+    committed = {"env": "corridor", "method": "grpo", "finished": True, "wall_s": 500, "collect_s": 200}
+    expected = scheduler.wall_estimator(
+        {"runs": [{**committed, "update_s": 200, "eval_after_detail": {"seconds": 100}}]}
+    )
+    margin = scheduler.WALL_MARGIN
+    assert expected(run) == pytest.approx(500 * margin)  # 100 s a step, 4 steps, eval 100 s
+    # 200 s a step, 2x the committed 100; collection 90 s a step, 1.8x the committed 50
+    _write_metrics(run.run_dir, [_step(1, 80, 120), _step(2, 100, 100)])
+    assert scheduler.own_pace(rundir.metrics(run.run_dir)) == scheduler.Pace(step_s=200, collect_s=90)
+    assert expected(run) == pytest.approx((2 * 200 + 1.8 * 100) * margin)  # two steps left at 200 s, the eval 1.8x
+    untimed = {**committed, "collect_s": None, "update_s": None, "wall_s": 500, "eval_after_detail": {"seconds": 100}}
+    assert scheduler.wall_estimator({"runs": [untimed]})(run) == pytest.approx((2 * 200 + 2 * 100) * margin)
+    assert scheduler.own_pace([{"step": 1, "train/reward": 0.0}]) is None  # logged without times: no pace
+
+
+def test_each_finished_step_is_logged_with_the_projected_end_and_a_warning_past_the_budget(tmp_path, caplog):
+    """The person at the machine learns after each step when the run should end, and early, while they can still
+    act, that it will not end before the time budget interrupts it."""
+    run = next(
+        r for r in grid.build_grid(dataclasses.replace(MODE, steps=4), tmp_path, envs=ENVS) if r.method_key == "grpo"
+    )
+    caplog.set_level("INFO", logger="bench.learning")
+    fits = scheduler.Sweep(deadline=time.monotonic() + 3600, expected=lambda r: 600.0)
+    assert fits._progress(run, None) == 0  # nothing trained yet
+    _write_metrics(run.run_dir, [_step(1, 60, 120)])
+    assert fits._progress(run, None) == 1 and not caplog.records  # a resumed run's old steps are not news
+    assert fits._progress(run, 0) == 1
+    (line,) = caplog.messages
+    assert "step 1 of 4, 3.0 min a step; expected to end in about 10 min" in line
+    assert fits._progress(run, 1) == 1 and len(caplog.messages) == 1  # the same step is told once
+    caplog.clear()
+    late = scheduler.Sweep(deadline=time.monotonic() + 300, expected=lambda r: 600.0)
+    late._progress(run, 0)
+    assert [r.levelname for r in caplog.records] == ["INFO", "WARNING"]
+    assert "ends after the time budget" in caplog.messages[1]
+    caplog.clear()
+    scheduler.Sweep(expected=lambda r: None)._progress(run, 0)  # no estimate, no budget: the pace alone
+    assert caplog.messages == [f"{run.name}: step 1 of 4, 3.0 min a step"]
+
+
 def test_a_sweep_interrupted_by_hand_says_so(tmp_path):
     """Ctrl-C (SIGINT) stops the sweep: the run in flight is interrupted, nothing more starts, and the record names
     the interrupt, not a time limit that was never reached."""
@@ -241,7 +297,8 @@ def test_an_interrupted_run_gets_time_to_finish_its_update_and_save(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "ready\n"  # its handler is set
     past_the_budget = scheduler.Sweep(jobs=1, deadline=time.monotonic() - 1)
-    assert past_the_budget._wait(proc, time.monotonic(), tmp_path)  # interrupted...
+    run = dataclasses.replace(grid.build_grid(MODE, tmp_path / "grid", envs=ENVS)[0], run_dir=tmp_path)
+    assert past_the_budget._wait(proc, time.monotonic(), run)  # interrupted...
     assert proc.returncode == 3  # ...and left to stop itself, not killed
     proc.stdout.close()
 
