@@ -82,27 +82,36 @@ def wall_estimator(saved: Mapping[str, Any] | None, kind: str | None = None) -> 
 
     Once the run has trained a step of its own, its own pace (:func:`own_pace`) stands for the committed one, and
     its final eval is scaled by the ratio of the collection times (an eval generates as a collection does), or of
-    the step times where the committed runs did not log theirs: machines of one kind differ twofold in speed."""
-    # (training seconds, final-eval seconds, collection seconds or None) per finished run
+    the step times where the committed runs did not log theirs: machines of one kind differ twofold in speed. A
+    run whose cell has no finished run yet is judged so too, once it has a pace, with the final eval of its env's
+    other methods."""
+    # (training seconds, final-eval seconds, collection seconds or None) per finished run, by cell and by env
     done: dict[tuple[str, str], list[tuple[float, float, float | None]]] = {}
+    done_in_env: dict[str, list[tuple[float, float, float | None]]] = {}
     for s in (saved or {}).get("runs", []):
         if s.get("finished") and s.get("wall_s") and kind in (None, s.get("machine")):
             eval_s = min((s.get("eval_after_detail") or {}).get("seconds") or 0.0, s["wall_s"])
             measured = s.get("collect_s") is not None and s.get("update_s") is not None
             train_s = s["collect_s"] + s["update_s"] if measured else s["wall_s"] - eval_s
-            done.setdefault((s["env"], s["method"]), []).append((train_s, eval_s, s.get("collect_s")))
+            work = (train_s, eval_s, s.get("collect_s"))
+            done.setdefault((s["env"], s["method"]), []).append(work)
+            done_in_env.setdefault(s["env"], []).append(work)
 
     def expected(run: Run) -> float | None:
+        records = metrics(run.run_dir)
+        own = own_pace(records)
         work = done.get((run.env_key, run.method_key))
+        if not work and own is not None:
+            # a cell's first run on this kind: its own steps say what its training costs, and the env's other
+            # methods what its final eval costs (the same episodes, whichever method trained the policy)
+            work = done_in_env.get(run.env_key)
         if not work:
             return None
         steps = run.config["steps"]
-        records = metrics(run.run_dir)
         trained = steps_trained(records)
         train_s, eval_s = median(w[0] for w in work), median(w[1] for w in work)
         collect_s = median([w[2] for w in work if w[2]] or [0.0]) / steps
         step_s = train_s / steps
-        own = own_pace(records)
         if own is not None:  # this machine's pace, measured
             eval_s *= own.collect_s / collect_s if collect_s else own.step_s / step_s
             step_s = own.step_s

@@ -237,6 +237,21 @@ def test_a_run_that_has_trained_is_judged_by_its_own_pace(tmp_path):
     assert scheduler.own_pace([{"step": 1, "train/reward": 0.0}]) is None  # logged without times: no pace
 
 
+def test_a_cells_first_run_is_judged_by_its_own_pace_and_its_envs_final_eval(tmp_path):
+    """A cell with no finished run is not judged before it trains (whether it fits is unknown: it is tried); once
+    it has a pace, its own steps say what its training costs and the env's other methods what its eval costs."""
+    run = next(
+        r for r in grid.build_grid(dataclasses.replace(MODE, steps=4), tmp_path, envs=ENVS) if r.method_key == "grpo"
+    )
+    other = {"env": "corridor", "method": "r3l-oracle", "finished": True, "wall_s": 900, "update_s": 400}
+    elsewhere = {**other, "env": "elsewhere", "collect_s": 1, "eval_after_detail": {"seconds": 10**6}}
+    saved = {"runs": [{**other, "collect_s": 400, "eval_after_detail": {"seconds": 100}}, elsewhere]}
+    expected = scheduler.wall_estimator(saved)
+    assert expected(run) is None  # not trained yet: the other method's steps say nothing of this one's
+    _write_metrics(run.run_dir, [_step(1, 150, 50)])  # collection 150 s a step, 1.5x the other method's 100
+    assert expected(run) == pytest.approx((3 * 200 + 1.5 * 100) * scheduler.WALL_MARGIN)
+
+
 def test_each_finished_step_is_logged_with_the_projected_end_and_a_warning_past_the_budget(tmp_path, caplog):
     """The person at the machine learns after each step when the run should end, and early, while they can still
     act, that it will not end before the time budget interrupts it."""
