@@ -273,10 +273,19 @@ class Sweep:
             logger.warning("%s failed; the end of its log:\n%s", run.name, _tail(run.run_dir / "train.log"))
         return Outcome(run, outcome, wall, proc.returncode)
 
-    def _progress(self, run: Run, reported: int | None) -> int:
+    def _limit(self, started: float | None) -> tuple[float, str] | None:
+        """When a run started at ``started`` (``time.monotonic()``; ``None``: unknown) will be interrupted, and by
+        what: the time budget or its run timeout, whichever comes first; ``None`` if neither."""
+        limits = [(self.deadline, "the time budget")] if self.deadline is not None else []
+        if self.run_timeout and started is not None:
+            limits.append((started + self.run_timeout, "the run timeout"))
+        return min(limits, default=None)
+
+    def _progress(self, run: Run, reported: int | None, started: float | None = None) -> int:
         """Log the run's training steps past ``reported`` (``None``: the steps it resumes from are not news) with
-        its pace and when it is expected to end; warn where that is past the deadline, the hour it will be
-        interrupted, so the person at the machine can decide before then. Returns the last step trained."""
+        its pace and when it is expected to end; warn where that is past the hour it will be interrupted (the time
+        budget, or the run timeout of a run started at ``started``), so the person at the machine can decide
+        before then. Returns the last step trained."""
         records = metrics(run.run_dir)
         trained = steps_trained(records)
         if reported is None or trained <= reported:
@@ -286,11 +295,13 @@ class Sweep:
         pace_text = f", {pace.step_s / 60:.1f} min a step" if pace is not None else ""
         end_text = f"; expected to end in about {left / 60:.0f} min (by {_clock(left)})" if left is not None else ""
         logger.info("%s: step %d of %d%s%s", run.name, trained, run.config["steps"], pace_text, end_text)
-        if left is not None and self.deadline is not None and time.monotonic() + left > self.deadline:
+        limit = self._limit(started)
+        if left is not None and limit is not None and time.monotonic() + left > limit[0]:
             logger.warning(
-                "%s: at this pace it ends after the time budget, which interrupts it at %s",
+                "%s: at this pace it ends after %s, which interrupts it at %s",
                 run.name,
-                _clock(self.deadline - time.monotonic()),
+                limit[1],
+                _clock(limit[0] - time.monotonic()),
             )
         return trained
 
@@ -298,7 +309,7 @@ class Sweep:
         """Wait for ``proc``, logging each training step it finishes (:meth:`_progress`); past the deadline or the
         run timeout, SIGINT it (the learner checkpoints) and give it :func:`grace_s` before killing it. Returns
         whether it was interrupted."""
-        limits = [t for t in (self.deadline, start + self.run_timeout if self.run_timeout else None) if t]
+        limit = self._limit(start)
         reported, read_at = self._progress(run, None), time.monotonic()
         while True:
             try:
@@ -307,10 +318,10 @@ class Sweep:
             except subprocess.TimeoutExpired:
                 pass
             if time.monotonic() - read_at >= PROGRESS_EVERY_S:
-                reported, read_at = self._progress(run, reported), time.monotonic()
+                reported, read_at = self._progress(run, reported, start), time.monotonic()
             if self._stop.is_set():
                 break
-            if limits and time.monotonic() >= min(limits):
+            if limit is not None and time.monotonic() >= limit[0]:
                 self._stopped("time budget" if self._past_budget(time.monotonic()) else "run timeout")
                 break
         proc.send_signal(signal.SIGINT)

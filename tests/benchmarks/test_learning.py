@@ -273,6 +273,13 @@ def test_each_finished_step_is_logged_with_the_projected_end_and_a_warning_past_
     assert [r.levelname for r in caplog.records] == ["INFO", "WARNING"]
     assert "ends after the time budget" in caplog.messages[1]
     caplog.clear()
+    timed_out = scheduler.Sweep(deadline=time.monotonic() + 3600, run_timeout=300, expected=lambda r: 600.0)
+    timed_out._progress(run, 0, started=time.monotonic())  # the run's own timeout comes first
+    assert "ends after the run timeout" in caplog.messages[1]
+    caplog.clear()
+    timed_out._progress(run, 0)  # a run whose start is unknown: only the budget, which it fits
+    assert len(caplog.messages) == 1
+    caplog.clear()
     scheduler.Sweep(expected=lambda r: None)._progress(run, 0)  # no estimate, no budget: the pace alone
     assert caplog.messages == [f"{run.name}: step 1 of 4, 3.0 min a step"]
 
