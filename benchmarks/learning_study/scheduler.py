@@ -275,11 +275,12 @@ class Sweep:
 
     def _limit(self, started: float | None) -> tuple[float, str] | None:
         """When a run started at ``started`` (``time.monotonic()``; ``None``: unknown) will be interrupted, and by
-        what: the time budget or its run timeout, whichever comes first; ``None`` if neither."""
-        limits = [(self.deadline, "the time budget")] if self.deadline is not None else []
+        what (the cause :attr:`stopped_by` records): the time budget or its run timeout, whichever comes first (the
+        budget on a tie); ``None`` if neither."""
+        limits = [(self.deadline, "time budget")] if self.deadline is not None else []
         if self.run_timeout and started is not None:
-            limits.append((started + self.run_timeout, "the run timeout"))
-        return min(limits, default=None)
+            limits.append((started + self.run_timeout, "run timeout"))
+        return min(limits, key=lambda limit: limit[0], default=None)
 
     def _progress(self, run: Run, reported: int | None, started: float | None = None) -> int:
         """Log the run's training steps past ``reported`` (``None``: the steps it resumes from are not news) with
@@ -298,7 +299,7 @@ class Sweep:
         limit = self._limit(started)
         if left is not None and limit is not None and time.monotonic() + left > limit[0]:
             logger.warning(
-                "%s: at this pace it ends after %s, which interrupts it at %s",
+                "%s: at this pace it ends after the %s, which interrupts it at %s",
                 run.name,
                 limit[1],
                 _clock(limit[0] - time.monotonic()),
@@ -322,7 +323,7 @@ class Sweep:
             if self._stop.is_set():
                 break
             if limit is not None and time.monotonic() >= limit[0]:
-                self._stopped("time budget" if self._past_budget(time.monotonic()) else "run timeout")
+                self._stopped(limit[1])
                 break
         proc.send_signal(signal.SIGINT)
         try:
