@@ -70,9 +70,23 @@ def prereg_data(data: dict[str, Any], mode: Mode, methods: dict[str, Method]) ->
         per_seed = _per_seed(runs, [ref, *main])
         out[env] = {
             **families, "strongest": strongest, "mechanism": mechanism, "verdict": judged, "by_kind": by_kind,
-            "per_seed": per_seed,
+            "per_seed": per_seed, "best_on_test": best_on_test(cells, env, strongest, [*main, *others]),
         }  # fmt: skip
     return {"envs": out, "thresholds": thresholds}
+
+
+def best_on_test(cells: dict[str, Any], env: str, strongest: str, baselines: list[str]) -> str | None:
+    """The baseline with a higher held-out mean on test than the pre-registered strongest one, or ``None``.
+
+    The strongest baseline is chosen on the valid split and the verdict stays against it, as registered; but when
+    another baseline scores higher on test, a reader should be told that the choice did not carry over. Only cells
+    with an interval (two finished seeds) take part, so one lucky seed does not rename the strongest baseline."""
+    stats = {m: (cells.get(f"{m}|{env}") or {}).get("success") or {} for m in baselines}
+    ranked = [m for m in baselines if stats[m].get("n", 0) >= 2]
+    if strongest not in ranked:
+        return None
+    best = max(ranked, key=lambda m: stats[m]["mean"])
+    return best if stats[best]["mean"] > stats[strongest]["mean"] else None
 
 
 def _by_kind(
@@ -142,6 +156,31 @@ def render_prereg(data: dict[str, Any], mode: Mode, methods: dict[str, Method], 
             md += ["", f"![{env} mechanism]({os.path.relpath(plot, page_dir)})"]
     md += ["", "### Verdict (generated from the numbers above)", ""]
     md += [f"- `{env}`: {f['verdict']['text']}" for env, f in found.items()]
+    md += _hindsight(found, cells, ref, methods, data.get("prereg") or {})
+    return md
+
+
+def _hindsight(
+    found: dict[str, Any], cells: dict[str, Any], ref: str, methods: dict[str, Method], registered: dict[str, Any]
+) -> list[str]:
+    """Per env where another baseline beat the pre-registered strongest one on test (:func:`best_on_test`): both
+    cells, the valid scores that made the choice, and R³L against the better one from its Holm family."""
+    md = []
+    for env, f in found.items():
+        best, strongest = f.get("best_on_test"), f["strongest"]
+        if not best:
+            continue
+        valid = (registered.get("choices") or {}).get(env, {}).get("valid_success") or {}
+        chosen_on = ", ".join(f"{methods[m].label} {num(valid.get(m))}" for m in (strongest, best))
+        pair = f["main"].get(f"{ref}|{best}") or f["others"].get(f"{ref}|{best}")
+        mean, adjusted, p = _diff(pair)
+        md.append(
+            f"- `{env}`, in hindsight: the pre-registered strongest baseline, {methods[strongest].label}, was not the "
+            f"strongest on test by mean: {methods[best].label} scored {interval(cells[f'{best}|{env}']['success'])} "
+            f"against {interval(cells[f'{strongest}|{env}']['success'])} (the valid split, which chose, had "
+            f"{chosen_on}). The verdict above stays against {methods[strongest].label}, as registered; R³L − "
+            f"{methods[best].label} is {mean}, Holm CI {adjusted}, p {p} (n={pair['n']})."
+        )
     return md
 
 
